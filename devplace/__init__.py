@@ -1,0 +1,41 @@
+"""devplace: place a neural network's training step across devices.
+
+>>> import devplace as dp
+>>> g = dp.load_graph(dp.example_path("gnmt_layers_training.json"))   # doctest: +SKIP
+>>> c = dp.load_cluster("baechi-4x2080")
+>>> c.n_devices
+4
+
+The core (graph, cluster, simulator, algorithmic placers) never imports torch, so this import and
+the command line start fast; ``capture`` and ``run`` load torch when called.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from devplace.cluster import Cluster, Device, load_cluster
+from devplace.errors import DevplaceError
+from devplace.graph import GraphBuilder, OpGraph, Role
+from devplace.io import load_graph, save_graph
+from devplace.placement import Placement
+from devplace.placers import place
+from devplace.sim import SimResult, Simulator, simulate
+
+__version__ = "0.1.0"
+
+
+def example_path(name: str) -> Path:
+    """Path of a graph bundled with devplace (see ``devplace/data/``)."""
+    path = Path(str(resources.files("devplace") / "data" / name))
+    if not path.exists():
+        available = sorted(p.name for p in path.parent.iterdir() if p.suffix == ".json")
+        raise DevplaceError(f"no bundled example {name!r}: available are {', '.join(available)}")
+    return path
+
+
+__all__ = [
+    "Cluster", "Device", "DevplaceError", "GraphBuilder", "OpGraph", "Placement", "Role",
+    "SimResult", "Simulator", "example_path", "load_cluster", "load_graph", "place", "save_graph", "simulate",
+]

@@ -1,0 +1,271 @@
+"""The target machine: devices, their memory, and the links between them.
+
+A ``Cluster`` is what a placement is made for and simulated on. Links are held as dense
+device-by-device matrices (latency in microseconds, bandwidth in bytes per microsecond, which is
+MB/s), and ``comm_model`` says how transfers share them:
+
+- ``parallel``: every ordered device pair has its own channel; transfers on one pair queue.
+- ``sequential``: each device has one channel for all its sends and receives (Baechi's model); a
+  transfer holds the sender's and the receiver's channel.
+- ``duplex``: each device has one send channel and one receive channel.
+
+In every model a tensor is sent to a given device at most once and stays cached there.
+
+Presets are TOML files in ``devplace/clusters/``; ``devplace clusters`` lists them and a user can
+copy one and edit it.
+
+>>> c = load_cluster("baechi-4x2080")
+>>> c.n_devices, c.comm_model, round(c.transfer_us(0, 1, 1_000_000), 1)
+(4, 'sequential', 309.4)
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from devplace.errors import ClusterError
+
+COMM_MODELS = ("parallel", "sequential", "duplex")
+COMM_MODEL_CODES = {name: i for i, name in enumerate(COMM_MODELS)}
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device. ``kind`` selects the graph's compute-time column for it."""
+
+    name: str
+    kind: str
+    memory_bytes: float
+    peak_flops: float = 0.0
+    memory_bandwidth_bytes_per_s: float = 0.0
+
+
+@dataclass(eq=False)
+class Cluster:
+    name: str
+    devices: list[Device]
+    comm_model: str
+    latency_us: np.ndarray
+    bandwidth_bytes_per_us: np.ndarray
+    op_gap_us: float = 0.0
+    description: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        d = len(self.devices)
+        if d == 0:
+            raise ClusterError(f"cluster {self.name!r} has no devices: add at least one [[devices]] entry")
+        if self.comm_model not in COMM_MODELS:
+            raise ClusterError(
+                f"cluster {self.name!r} has comm_model {self.comm_model!r}: use one of {', '.join(COMM_MODELS)}"
+            )
+        names = [dev.name for dev in self.devices]
+        if len(set(names)) != d:
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ClusterError(f"cluster {self.name!r} names device {dup!r} twice: device names must be unique")
+        for dev in self.devices:
+            if not (math.isfinite(dev.memory_bytes) and dev.memory_bytes > 0):
+                raise ClusterError(f"device {dev.name!r} has memory_bytes = {dev.memory_bytes!r}: it must be > 0")
+            for attr in ("peak_flops", "memory_bandwidth_bytes_per_s"):
+                value = getattr(dev, attr)
+                if not (math.isfinite(value) and value >= 0):
+                    raise ClusterError(f"device {dev.name!r} has {attr} = {value!r}: it must be >= 0")
+        self.latency_us = np.ascontiguousarray(self.latency_us, dtype=np.float64).reshape(d, d)
+        self.bandwidth_bytes_per_us = np.ascontiguousarray(self.bandwidth_bytes_per_us, dtype=np.float64).reshape(d, d)
+        off = ~np.eye(d, dtype=bool)
+        if (~np.isfinite(self.latency_us[off]) | (self.latency_us[off] < 0)).any():
+            raise ClusterError(f"cluster {self.name!r} has a link latency that is negative or not a number")
+        if (~(self.bandwidth_bytes_per_us[off] > 0)).any():
+            raise ClusterError(f"cluster {self.name!r} has a link bandwidth that is not > 0")
+        if not (math.isfinite(self.op_gap_us) and self.op_gap_us >= 0):
+            raise ClusterError(f"cluster {self.name!r} has op_gap_us = {self.op_gap_us!r}: it must be >= 0")
+        for arr in (self.latency_us, self.bandwidth_bytes_per_us):
+            arr.flags.writeable = False
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def memory_bytes(self) -> np.ndarray:
+        return np.array([dev.memory_bytes for dev in self.devices], dtype=np.float64)
+
+    @property
+    def device_names(self) -> list[str]:
+        return [dev.name for dev in self.devices]
+
+    @property
+    def device_kinds(self) -> list[str]:
+        return [dev.kind for dev in self.devices]
+
+    @property
+    def comm_model_code(self) -> int:
+        return COMM_MODEL_CODES[self.comm_model]
+
+    def device_index(self, name: str) -> int:
+        for i, dev in enumerate(self.devices):
+            if dev.name == name:
+                return i
+        raise ClusterError(f"cluster {self.name!r} has no device {name!r} (it has {', '.join(self.device_names)})")
+
+    def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
+        """Time to move ``nbytes`` from device ``src`` to ``dst`` on an idle link."""
+        if src == dst:
+            return 0.0
+        return float(self.latency_us[src, dst] + nbytes / self.bandwidth_bytes_per_us[src, dst])
+
+    def with_memory_fraction(self, fraction: float) -> "Cluster":
+        """The same cluster with every device's memory scaled, as Baechi's 30% experiments."""
+        if not (0 < fraction <= 1e6):
+            raise ClusterError(f"memory fraction {fraction!r} must be > 0")
+        devices = [replace(dev, memory_bytes=dev.memory_bytes * fraction) for dev in self.devices]
+        return replace(self, name=f"{self.name}@mem{fraction:g}", devices=devices)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "comm_model": self.comm_model,
+            "op_gap_us": self.op_gap_us,
+            "devices": [dev.__dict__ | {} for dev in self.devices],
+            "latency_us": self.latency_us.tolist(),
+            "bandwidth_bytes_per_us": self.bandwidth_bytes_per_us.tolist(),
+        }
+
+
+# ---------------------------------------------------------------------- loading
+def preset_names() -> list[str]:
+    folder = resources.files("devplace") / "clusters"
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_cluster(name_or_path: "str | Path") -> Cluster:
+    """A preset by name (``baechi-4x2080``) or a TOML file by path."""
+    text_name = str(name_or_path)
+    path = Path(text_name)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ClusterError(f"cluster file {text_name!r} does not exist")
+        source = path.read_text()
+        default_name = path.stem
+    else:
+        if text_name not in preset_names():
+            raise ClusterError(
+                f"no cluster preset named {text_name!r}: use one of {', '.join(preset_names())} "
+                f"or the path of a .toml file"
+            )
+        source = (resources.files("devplace") / "clusters" / f"{text_name}.toml").read_text()
+        default_name = text_name
+    try:
+        spec = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterError(f"cluster file {text_name!r} is not valid TOML: {exc}") from None
+    return cluster_from_dict(spec, default_name=default_name)
+
+
+def _number(table: dict, key: str, where: str, default: float | None = None) -> float:
+    if key not in table:
+        if default is None:
+            raise ClusterError(f"{where} is missing the field {key!r}")
+        return default
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ClusterError(f"{where} field {key!r} must be a number, not {value!r}")
+    return float(value)
+
+
+def _link(table: dict, where: str) -> tuple[float, float]:
+    """(latency_us, bandwidth_bytes_per_us) from a link table; ``us_per_byte`` is Baechi's form."""
+    latency = _number(table, "latency_us", where, 0.0)
+    if "us_per_byte" in table:
+        per_byte = _number(table, "us_per_byte", where)
+        if per_byte <= 0:
+            raise ClusterError(f"{where} field 'us_per_byte' must be > 0")
+        return latency, 1.0 / per_byte
+    return latency, _number(table, "bandwidth_bytes_per_us", where)
+
+
+def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
+    """Build a cluster from the TOML layout documented in ``docs/cluster-format.md``."""
+    name = str(spec.get("name", default_name))
+    devices: list[Device] = []
+    for k, entry in enumerate(spec.get("devices", [])):
+        where = f"cluster {name!r} device entry {k + 1}"
+        if "kind" not in entry:
+            raise ClusterError(f"{where} is missing the field 'kind'")
+        count = int(_number(entry, "count", where, 1.0))
+        base = str(entry.get("name", entry["kind"]))
+        memory = _number(entry, "memory_gib", where, 0.0) * 2**30 or _number(entry, "memory_bytes", where)
+        for i in range(count):
+            devices.append(
+                Device(
+                    name=f"{base}{i}" if count > 1 or "name" not in entry else base,
+                    kind=str(entry["kind"]),
+                    memory_bytes=memory,
+                    peak_flops=_number(entry, "peak_tflops", where, 0.0) * 1e12,
+                    memory_bandwidth_bytes_per_s=_number(entry, "memory_bandwidth_gbps", where, 0.0) * 1e9,
+                )
+            )
+    d = len(devices)
+    links = spec.get("links", {})
+    default = links.get("default")
+    if default is None and d > 1:
+        raise ClusterError(f"cluster {name!r} is missing [links.default] (latency_us and bandwidth_bytes_per_us)")
+    latency = np.zeros((d, d))
+    bandwidth = np.full((d, d), np.inf)
+    if default is not None:
+        lat, bw = _link(default, f"cluster {name!r} [links.default]")
+        latency[:] = lat
+        bandwidth[:] = bw
+    index = {dev.name: i for i, dev in enumerate(devices)}
+    for k, pair in enumerate(links.get("pairs", [])):
+        where = f"cluster {name!r} [[links.pairs]] entry {k + 1}"
+        ends = pair.get("devices", [])
+        if len(ends) != 2 or any(e not in index for e in ends):
+            raise ClusterError(f"{where} must name two devices of the cluster in 'devices', not {ends!r}")
+        lat, bw = _link(pair, where)
+        a, b = index[ends[0]], index[ends[1]]
+        latency[a, b] = latency[b, a] = lat
+        bandwidth[a, b] = bandwidth[b, a] = bw
+    np.fill_diagonal(latency, 0.0)
+    np.fill_diagonal(bandwidth, np.inf)
+    return Cluster(
+        name=name,
+        devices=devices,
+        comm_model=str(spec.get("comm_model", "parallel")),
+        latency_us=latency,
+        bandwidth_bytes_per_us=bandwidth,
+        op_gap_us=_number(spec, "op_gap_us", f"cluster {name!r}", 0.0),
+        description=str(spec.get("description", "")),
+    )
+
+
+def uniform_cluster(
+    n_devices: int,
+    *,
+    kind: str = "gpu",
+    memory_bytes: float = 8 * 2**30,
+    latency_us: float = 0.0,
+    bandwidth_bytes_per_us: float = 1e4,
+    comm_model: str = "parallel",
+    op_gap_us: float = 0.0,
+) -> Cluster:
+    """``n_devices`` identical devices, every pair joined by the same link."""
+    latency = np.full((n_devices, n_devices), float(latency_us))
+    bandwidth = np.full((n_devices, n_devices), float(bandwidth_bytes_per_us))
+    np.fill_diagonal(latency, 0.0)
+    np.fill_diagonal(bandwidth, np.inf)
+    return Cluster(
+        name=f"{n_devices}x{kind}",
+        devices=[Device(f"{kind}{i}", kind, float(memory_bytes)) for i in range(n_devices)],
+        comm_model=comm_model,
+        latency_us=latency,
+        bandwidth_bytes_per_us=bandwidth,
+        op_gap_us=op_gap_us,
+    )

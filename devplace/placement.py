@@ -1,0 +1,156 @@
+"""A placement: one device per op, and who made it.
+
+``priority`` is optional: list schedulers (m-ETF, m-SCT, HEFT) also decide the order in which each
+device runs its ops, and the simulator and the executor follow it when it is given (lower first).
+Without it every device runs its ready ops in the graph's topological order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from devplace.errors import PlacementError
+from devplace.fileio import write_text_atomic
+
+FORMAT = "devplace-placement"
+VERSION = 1
+
+
+def graph_fingerprint(op_names: Sequence[str]) -> str:
+    """A short hash of the op names in order: ties a placement file to its graph."""
+    digest = hashlib.sha256("\n".join(op_names).encode()).hexdigest()
+    return digest[:16]
+
+
+@dataclass(eq=False)
+class Placement:
+    devices: np.ndarray
+    algorithm: str = "manual"
+    options: dict = field(default_factory=dict)
+    placement_time_s: float = 0.0
+    priority: np.ndarray | None = None
+    device_names: list[str] | None = None
+    graph_fingerprint: str | None = None
+
+    def __post_init__(self) -> None:
+        self.devices = np.ascontiguousarray(self.devices, dtype=np.int64).reshape(-1)
+        if self.priority is not None:
+            self.priority = np.ascontiguousarray(self.priority, dtype=np.float64).reshape(-1)
+            if len(self.priority) != len(self.devices):
+                raise PlacementError(
+                    f"placement has {len(self.priority)} priorities for {len(self.devices)} ops"
+                )
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def check(self, graph, cluster) -> None:
+        """Refuse a placement that does not fit the graph and cluster, naming what is off."""
+        if len(self.devices) != graph.n_ops:
+            raise PlacementError(
+                f"the placement has {len(self.devices)} entries but the graph has {graph.n_ops} ops: "
+                f"it was made for another graph"
+            )
+        if self.graph_fingerprint and self.graph_fingerprint != graph_fingerprint(graph.names):
+            raise PlacementError(
+                "the placement was made for a graph with other op names (fingerprint "
+                f"{self.graph_fingerprint} vs {graph_fingerprint(graph.names)}): place this graph again"
+            )
+        bad = (self.devices < 0) | (self.devices >= cluster.n_devices)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise PlacementError(
+                f"op {graph.names[i]!r} is placed on device {int(self.devices[i])}, but cluster "
+                f"{cluster.name!r} has devices 0-{cluster.n_devices - 1}"
+            )
+        if self.priority is not None and not np.isfinite(self.priority).all():
+            raise PlacementError("the placement's priorities must be finite numbers")
+
+    def colocation_violations(self, graph) -> list[str]:
+        """Names of colocation groups whose ops are split across devices."""
+        split = []
+        for g, members in enumerate(graph.colocation_members):
+            if len(members) > 1 and len(np.unique(self.devices[members])) > 1:
+                split.append(graph.colocation_names[g])
+        return split
+
+    # ------------------------------------------------------------------ files
+    def to_dict(self, graph=None) -> dict:
+        data = {
+            "format": FORMAT,
+            "version": VERSION,
+            "algorithm": self.algorithm,
+            "options": self.options,
+            "placement_time_s": self.placement_time_s,
+            "n_ops": len(self.devices),
+            "graph_fingerprint": graph_fingerprint(graph.names) if graph is not None else self.graph_fingerprint,
+            "device_names": self.device_names,
+            "devices": self.devices.tolist(),
+        }
+        if self.priority is not None:
+            data["priority"] = self.priority.tolist()
+        return data
+
+    def save(self, path: "str | Path", graph=None) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(graph), default=_json_default))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "placement") -> "Placement":
+        if data.get("format") != FORMAT:
+            raise PlacementError(f"{source} is not a devplace placement file (no \"format\": \"{FORMAT}\")")
+        if data.get("version") != VERSION:
+            raise PlacementError(f"{source} has placement format version {data.get('version')!r}; this devplace reads {VERSION}")
+        if "devices" not in data:
+            raise PlacementError(f"{source} is missing the field 'devices'")
+        devices = data["devices"]
+        if not isinstance(devices, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+            raise PlacementError(f"{source} field 'devices' must be a list of device indices")
+        return cls(
+            devices=np.asarray(devices, dtype=np.int64),
+            algorithm=str(data.get("algorithm", "manual")),
+            options=dict(data.get("options") or {}),
+            placement_time_s=float(data.get("placement_time_s", 0.0)),
+            priority=None if data.get("priority") is None else np.asarray(data["priority"], dtype=np.float64),
+            device_names=data.get("device_names"),
+            graph_fingerprint=data.get("graph_fingerprint"),
+        )
+
+    @classmethod
+    def load(cls, path: "str | Path") -> "Placement":
+        path = Path(path)
+        if not path.is_file():
+            raise PlacementError(f"placement file {str(path)!r} does not exist")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise PlacementError(f"placement file {str(path)!r} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise PlacementError(f"placement file {str(path)!r} must hold one JSON object")
+        return cls.from_dict(data, source=f"placement file {str(path)!r}")
+
+
+def as_placement(placement, graph) -> Placement:
+    """Accept a Placement or any sequence of device indices, one per op in op order."""
+    if isinstance(placement, Placement):
+        return placement
+    try:
+        devices = np.asarray(placement)
+    except Exception:  # noqa: BLE001 - anything not array-like is the user's error
+        raise PlacementError("a placement must be a Placement or a sequence of device indices") from None
+    if devices.ndim != 1 or not (np.issubdtype(devices.dtype, np.integer) or devices.size == 0):
+        raise PlacementError("a placement must be a Placement or a flat sequence of integer device indices")
+    return Placement(devices=devices)
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")

@@ -1,0 +1,110 @@
+"""Placing algorithms: one module per algorithm, one signature, one registry.
+
+Each module defines ``place(graph, cluster, *, seed, **options)`` returning a ``Placement`` (or an
+array of device indices, one per op) and registers it::
+
+    @register("m-etf", "Baechi's memory-constrained earliest-task-first list scheduler")
+    def place(graph, cluster, *, seed=0, **options): ...
+
+``devplace.place`` runs a registered algorithm, times it, and refuses a result that splits a
+colocation group or overflows a device's memory in simulation, so every caller can trust it.
+
+>>> from devplace.graph import chain_graph
+>>> from devplace.cluster import uniform_cluster
+>>> place(chain_graph([1.0, 2.0]), uniform_cluster(2), algo="single").devices.tolist()
+[0, 0]
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from devplace.errors import OutOfMemoryError, PlacementError
+from devplace.placement import Placement, graph_fingerprint
+
+
+@dataclass(frozen=True)
+class PlacerInfo:
+    name: str
+    summary: str
+    function: Callable
+    module: str
+
+
+_REGISTRY: dict[str, PlacerInfo] = {}
+_LOADED = False
+
+
+def register(name: str, summary: str) -> Callable:
+    """Decorator: make ``function`` available as ``algo=name``."""
+
+    def wrap(function: Callable) -> Callable:
+        if name in _REGISTRY and _REGISTRY[name].function is not function:
+            raise RuntimeError(f"two placers registered as {name!r}")
+        _REGISTRY[name] = PlacerInfo(name, summary, function, function.__module__)
+        return function
+
+    return wrap
+
+
+def _load_all() -> None:
+    """Import every module of this package once, so each registers itself."""
+    global _LOADED
+    if _LOADED:
+        return
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+    _LOADED = True
+
+
+def available() -> dict[str, PlacerInfo]:
+    _load_all()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def place(graph, cluster, algo: str = "m-sct", seed: int = 0, check: bool = True, **options) -> Placement:
+    """Place ``graph`` on ``cluster`` with the algorithm registered as ``algo``."""
+    placers = available()
+    if algo not in placers:
+        raise PlacementError(f"no placer named {algo!r}: use one of {', '.join(placers)}")
+    began = time.perf_counter()
+    result = placers[algo].function(graph, cluster, seed=seed, **options)
+    elapsed = time.perf_counter() - began
+    if not isinstance(result, Placement):
+        result = Placement(devices=np.asarray(result, dtype=np.int64))
+    result.algorithm = algo
+    result.options = {"seed": seed, **options} | result.options
+    result.placement_time_s = elapsed
+    result.device_names = cluster.device_names
+    result.graph_fingerprint = graph_fingerprint(graph.names)
+    if check:
+        check_feasible(graph, cluster, result)
+    return result
+
+
+def check_feasible(graph, cluster, placement: Placement) -> None:
+    """Raise unless the placement keeps colocation groups together and fits memory in simulation."""
+    from devplace.sim import simulate
+
+    placement.check(graph, cluster)
+    split = placement.colocation_violations(graph)
+    if split:
+        raise PlacementError(
+            f"placer {placement.algorithm!r} split colocation group(s) {', '.join(map(repr, split[:5]))} "
+            f"across devices; this is a bug in the placer"
+        )
+    result = simulate(graph, cluster, placement)
+    if result.oom_devices:
+        raise OutOfMemoryError(
+            f"placement by {placement.algorithm!r} does not fit: " + "; ".join(result.overflow_report())
+        )
+
+
+__all__ = ["register", "place", "available", "check_feasible", "PlacerInfo"]

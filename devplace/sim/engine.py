@@ -1,0 +1,334 @@
+"""The compiled event loop that simulates one training step.
+
+Semantics (docs/simulator.md says the same for users):
+
+- Each device runs one op at a time, never preempted. When it is idle it starts, among the ops whose
+  inputs have all arrived on it, the one with the lowest priority value (ties: lowest op index).
+- An op placed on device d with time p starting at s finishes at s + p + op_gap.
+- When op u finishes, its output is sent once to every other device that holds a consumer of u. The
+  transfer time is the largest over those edges of (fixed_us if the edge has one, else latency +
+  bytes / bandwidth); a zero-byte edge without a fixed time is a pure ordering edge and costs nothing.
+  Transfers are queued first-come first-served on the channels of the communication model:
+  parallel (one per ordered device pair), sequential (one per device, held at both ends) or duplex
+  (one send channel per device and one receive channel per device).
+- Memory per device: persistent bytes from time 0; an op's output from its start until its last
+  consumer on that device and its outgoing transfers have finished; a received copy from the start of
+  its transfer until its last consumer there has finished; temporaries while the op runs. At equal
+  times frees come before allocations.
+
+Everything is plain arrays so numba compiles it once (cached on disk) and a call costs microseconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+EVENT_FINISH = 0
+EVENT_ARRIVE = 1
+EVENT_DISPATCH = 2
+
+COMM_PARALLEL = 0
+COMM_SEQUENTIAL = 1
+COMM_DUPLEX = 2
+
+
+@njit(cache=True, inline="always")
+def _before(time_a, key_a, time_b, key_b):
+    return time_a < time_b or (time_a == time_b and key_a < key_b)
+
+
+@njit(cache=True)
+def _heap_push(heap_time, heap_key, base, size, time, key):
+    """Push onto the binary min-heap stored at heap_*[base : base + size]; returns the new size."""
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if _before(time, key, heap_time[base + parent], heap_key[base + parent]):
+            heap_time[base + i] = heap_time[base + parent]
+            heap_key[base + i] = heap_key[base + parent]
+            i = parent
+        else:
+            break
+    heap_time[base + i] = time
+    heap_key[base + i] = key
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(heap_time, heap_key, base, size):
+    """Remove the smallest entry; returns (time, key, new size)."""
+    top_time = heap_time[base]
+    top_key = heap_key[base]
+    size -= 1
+    last_time = heap_time[base + size]
+    last_key = heap_key[base + size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and _before(
+            heap_time[base + child + 1], heap_key[base + child + 1], heap_time[base + child], heap_key[base + child]
+        ):
+            child += 1
+        if _before(heap_time[base + child], heap_key[base + child], last_time, last_key):
+            heap_time[base + i] = heap_time[base + child]
+            heap_key[base + i] = heap_key[base + child]
+            i = child
+        else:
+            break
+    if size > 0:
+        heap_time[base + i] = last_time
+        heap_key[base + i] = last_key
+    return top_time, top_key, size
+
+
+@njit(cache=True)
+def simulate_schedule(
+    succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, in_degree,
+    op_time_us, devices, priority, latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us,
+):
+    """Run the event loop. Returns per-op start/finish/ready/cause/previous-on-device arrays and
+    the transfers (producer op, source device, destination device, start, end, bytes)."""
+    n = devices.shape[0]
+    n_dev = latency_us.shape[0]
+    start = np.zeros(n)
+    finish = np.zeros(n)
+    ready = np.zeros(n)
+    cause = np.full(n, -1, np.int64)          # the input whose arrival made the op ready
+    previous_on_device = np.full(n, -1, np.int64)
+    waiting = in_degree.copy()
+
+    # transfers: at most one per (producer, destination device), so at most one per edge
+    n_edges = edge_dst.shape[0]
+    xfer_op = np.empty(n_edges, np.int64)
+    xfer_src = np.empty(n_edges, np.int64)
+    xfer_dst = np.empty(n_edges, np.int64)
+    xfer_start = np.empty(n_edges)
+    xfer_end = np.empty(n_edges)
+    xfer_bytes = np.empty(n_edges)
+    n_xfer = 0
+    link_free = np.zeros((n_dev, n_dev))       # parallel
+    channel_free = np.zeros(n_dev)             # sequential
+    send_free = np.zeros(n_dev)                # duplex
+    recv_free = np.zeros(n_dev)
+    dest_duration = np.full(n_dev, -1.0)
+    dest_bytes = np.zeros(n_dev)
+    dest_arrival = np.zeros(n_dev)
+
+    # per-device ready queues share one storage array, partitioned by op count per device
+    queue_base = np.zeros(n_dev + 1, np.int64)
+    for i in range(n):
+        queue_base[devices[i] + 1] += 1
+    for d in range(n_dev):
+        queue_base[d + 1] += queue_base[d]
+    queue_prio = np.empty(max(n, 1))
+    queue_op = np.empty(max(n, 1), np.int64)
+    queue_size = np.zeros(n_dev, np.int64)
+    device_busy = np.zeros(n_dev, np.bool_)
+    dispatch_pending = np.zeros(n_dev, np.bool_)
+    last_on_device = np.full(n_dev, -1, np.int64)
+
+    stride = max(n, n_dev) + 1
+    capacity = 2 * n + n_dev + 1
+    event_time = np.empty(capacity)
+    event_key = np.empty(capacity, np.int64)
+    n_events = 0
+    for i in range(n):
+        if waiting[i] == 0:
+            n_events = _heap_push(event_time, event_key, 0, n_events, 0.0, EVENT_ARRIVE * stride + i)
+
+    while n_events > 0:
+        now, key, n_events = _heap_pop(event_time, event_key, 0, n_events)
+        kind = key // stride
+        item = key % stride
+        if kind == EVENT_FINISH:
+            u = item
+            du = devices[u]
+            device_busy[du] = False
+            if not dispatch_pending[du]:
+                dispatch_pending[du] = True
+                n_events = _heap_push(event_time, event_key, 0, n_events, now, EVENT_DISPATCH * stride + du)
+            # one transfer per destination device holding a consumer of u
+            for k in range(succ_ptr[u], succ_ptr[u + 1]):
+                e = succ_edge[k]
+                dv = devices[edge_dst[e]]
+                if dv == du:
+                    continue
+                if edge_fixed_us[e] == edge_fixed_us[e]:  # not NaN
+                    duration = edge_fixed_us[e]
+                elif edge_bytes[e] > 0.0:
+                    duration = latency_us[du, dv] + edge_bytes[e] / bandwidth_bytes_per_us[du, dv]
+                else:
+                    duration = 0.0
+                if duration > dest_duration[dv]:
+                    dest_duration[dv] = duration
+                if edge_bytes[e] > dest_bytes[dv]:
+                    dest_bytes[dv] = edge_bytes[e]
+            for dv in range(n_dev):
+                duration = dest_duration[dv]
+                if duration < 0.0:
+                    continue
+                if duration == 0.0:
+                    dest_arrival[dv] = now
+                else:
+                    if comm_model == COMM_PARALLEL:
+                        begin = max(now, link_free[du, dv])
+                        link_free[du, dv] = begin + duration
+                    elif comm_model == COMM_SEQUENTIAL:
+                        begin = max(now, channel_free[du], channel_free[dv])
+                        channel_free[du] = begin + duration
+                        channel_free[dv] = begin + duration
+                    else:
+                        begin = max(now, send_free[du], recv_free[dv])
+                        send_free[du] = begin + duration
+                        recv_free[dv] = begin + duration
+                    dest_arrival[dv] = begin + duration
+                    xfer_op[n_xfer] = u
+                    xfer_src[n_xfer] = du
+                    xfer_dst[n_xfer] = dv
+                    xfer_start[n_xfer] = begin
+                    xfer_end[n_xfer] = begin + duration
+                    xfer_bytes[n_xfer] = dest_bytes[dv]
+                    n_xfer += 1
+            for k in range(succ_ptr[u], succ_ptr[u + 1]):
+                v = edge_dst[succ_edge[k]]
+                dv = devices[v]
+                arrival = now if dv == du else dest_arrival[dv]
+                if arrival > ready[v] or cause[v] < 0:
+                    ready[v] = arrival
+                    cause[v] = u
+                waiting[v] -= 1
+                if waiting[v] == 0:
+                    n_events = _heap_push(event_time, event_key, 0, n_events, ready[v], EVENT_ARRIVE * stride + v)
+            for k in range(succ_ptr[u], succ_ptr[u + 1]):
+                dv = devices[edge_dst[succ_edge[k]]]
+                dest_duration[dv] = -1.0
+                dest_bytes[dv] = 0.0
+        elif kind == EVENT_ARRIVE:
+            v = item
+            dv = devices[v]
+            queue_size[dv] = _heap_push(queue_prio, queue_op, queue_base[dv], queue_size[dv], priority[v], v)
+            if not device_busy[dv] and not dispatch_pending[dv]:
+                dispatch_pending[dv] = True
+                n_events = _heap_push(event_time, event_key, 0, n_events, now, EVENT_DISPATCH * stride + dv)
+        else:
+            d = item
+            dispatch_pending[d] = False
+            if device_busy[d] or queue_size[d] == 0:
+                continue
+            _, v, queue_size[d] = _heap_pop(queue_prio, queue_op, queue_base[d], queue_size[d])
+            start[v] = now
+            finish[v] = now + op_time_us[v, d] + op_gap_us
+            previous_on_device[v] = last_on_device[d]
+            last_on_device[d] = v
+            device_busy[d] = True
+            n_events = _heap_push(event_time, event_key, 0, n_events, finish[v], EVENT_FINISH * stride + v)
+
+    return (
+        start, finish, ready, cause, previous_on_device,
+        xfer_op[:n_xfer], xfer_src[:n_xfer], xfer_dst[:n_xfer],
+        xfer_start[:n_xfer], xfer_end[:n_xfer], xfer_bytes[:n_xfer],
+    )
+
+
+@njit(cache=True)
+def memory_events(
+    succ_ptr, succ_edge, edge_dst, devices, n_dev, start, finish,
+    persistent_bytes, output_bytes, temp_bytes,
+    xfer_op, xfer_dst, xfer_start, xfer_end,
+):
+    """Allocations and frees as (time, device, delta bytes, op), sorted by time, frees first.
+
+    Persistent bytes come first at time 0, in op order, so an overflow there names the op that
+    tipped the device over."""
+    n = devices.shape[0]
+    n_xfer = xfer_op.shape[0]
+    # received copies: free when the last consumer on the receiving device has finished
+    copy_free = np.zeros(n_xfer)
+    first_xfer = np.full(n, -1, np.int64)
+    for x in range(n_xfer - 1, -1, -1):
+        first_xfer[xfer_op[x]] = x
+    out_free = finish.copy()
+    for u in range(n):
+        for k in range(succ_ptr[u], succ_ptr[u + 1]):
+            v = edge_dst[succ_edge[k]]
+            if devices[v] == devices[u]:
+                if finish[v] > out_free[u]:
+                    out_free[u] = finish[v]
+            else:
+                x = first_xfer[u]
+                while x < n_xfer and xfer_op[x] == u:
+                    if xfer_dst[x] == devices[v] and finish[v] > copy_free[x]:
+                        copy_free[x] = finish[v]
+                    x += 1
+    for x in range(n_xfer):
+        u = xfer_op[x]
+        # the sender keeps its output until the transfer has finished
+        if xfer_end[x] > out_free[u]:
+            out_free[u] = xfer_end[x]
+
+    # three blocks, each later sorted stably by time: persistent, frees, allocations
+    size = n + 2 * n + n + 2 * n_xfer
+    time = np.empty(size)
+    device = np.empty(size, np.int64)
+    delta = np.empty(size)
+    owner = np.empty(size, np.int64)
+    k = 0
+    for u in range(n):
+        time[k] = 0.0
+        device[k] = devices[u]
+        delta[k] = persistent_bytes[u]
+        owner[k] = u
+        k += 1
+    for u in range(n):
+        time[k] = out_free[u]
+        device[k] = devices[u]
+        delta[k] = -output_bytes[u]
+        owner[k] = u
+        k += 1
+        time[k] = finish[u]
+        device[k] = devices[u]
+        delta[k] = -temp_bytes[u]
+        owner[k] = u
+        k += 1
+    for x in range(n_xfer):
+        time[k] = copy_free[x]
+        device[k] = xfer_dst[x]
+        delta[k] = -output_bytes[xfer_op[x]]
+        owner[k] = xfer_op[x]
+        k += 1
+    for u in range(n):
+        time[k] = start[u]
+        device[k] = devices[u]
+        delta[k] = output_bytes[u] + temp_bytes[u]
+        owner[k] = u
+        k += 1
+    for x in range(n_xfer):
+        time[k] = xfer_start[x]
+        device[k] = xfer_dst[x]
+        delta[k] = output_bytes[xfer_op[x]]
+        owner[k] = xfer_op[x]
+        k += 1
+    # persistent block first at time 0 is kept by giving it time -1 during the sort
+    sort_time = time.copy()
+    sort_time[:n] = -1.0
+    order = np.argsort(sort_time, kind="mergesort")
+    return time[order], device[order], delta[order], owner[order]
+
+
+@njit(cache=True)
+def peak_memory(event_device, event_delta, event_owner, n_dev, capacity):
+    """Peak bytes per device and, per device, the op whose allocation first exceeded its capacity."""
+    current = np.zeros(n_dev)
+    peak = np.zeros(n_dev)
+    first_overflow = np.full(n_dev, -1, np.int64)
+    for k in range(event_device.shape[0]):
+        d = event_device[k]
+        current[d] += event_delta[k]
+        if current[d] > peak[d]:
+            peak[d] = current[d]
+            if first_overflow[d] < 0 and peak[d] > capacity[d]:
+                first_overflow[d] = event_owner[k]
+    return peak, first_overflow

@@ -1,0 +1,121 @@
+"""What a simulation found: the schedule, memory, transfers and what limited the step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from devplace.cluster import Cluster
+from devplace.graph import OpGraph
+
+
+@dataclass(eq=False)
+class SimResult:
+    graph: OpGraph
+    cluster: Cluster
+    devices: np.ndarray
+    start_us: np.ndarray
+    finish_us: np.ndarray
+    ready_us: np.ndarray
+    cause: np.ndarray
+    previous_on_device: np.ndarray
+    op_time_us: np.ndarray
+    transfer_op: np.ndarray
+    transfer_src: np.ndarray
+    transfer_dst: np.ndarray
+    transfer_start_us: np.ndarray
+    transfer_end_us: np.ndarray
+    transfer_bytes: np.ndarray
+    peak_memory_bytes: np.ndarray
+    first_overflow_op: np.ndarray
+    memory_event_time_us: np.ndarray
+    memory_event_device: np.ndarray
+    memory_event_delta: np.ndarray
+
+    @cached_property
+    def step_time_us(self) -> float:
+        return float(self.finish_us.max()) if len(self.finish_us) else 0.0
+
+    @cached_property
+    def busy_us(self) -> np.ndarray:
+        """Compute time per device (op times plus the cluster's per-op gap)."""
+        per_op = self.op_time_us + self.cluster.op_gap_us
+        return np.bincount(self.devices, weights=per_op, minlength=self.cluster.n_devices)
+
+    @cached_property
+    def oom_devices(self) -> list[int]:
+        return [int(d) for d in np.flatnonzero(self.peak_memory_bytes > self.cluster.memory_bytes)]
+
+    @property
+    def fits(self) -> bool:
+        return not self.oom_devices
+
+    @cached_property
+    def bytes_moved(self) -> float:
+        return float(self.transfer_bytes.sum())
+
+    @cached_property
+    def link_bytes(self) -> np.ndarray:
+        """Bytes sent from device i to device j."""
+        d = self.cluster.n_devices
+        moved = np.zeros((d, d))
+        np.add.at(moved, (self.transfer_src, self.transfer_dst), self.transfer_bytes)
+        return moved
+
+    @cached_property
+    def critical_path(self) -> list[int]:
+        """Ops (first to last) on the chain of waits that ends at the last op to finish.
+
+        From each op we step back to what it waited for: the input that arrived last, if the op
+        started as soon as it was ready, else the op that held its device."""
+        if not len(self.finish_us):
+            return []
+        path = [int(np.argmax(self.finish_us))]
+        while True:
+            v = path[-1]
+            if self.start_us[v] > self.ready_us[v] and self.previous_on_device[v] >= 0:
+                path.append(int(self.previous_on_device[v]))
+            elif self.cause[v] >= 0:
+                path.append(int(self.cause[v]))
+            else:
+                break
+        return path[::-1]
+
+    def memory_timeline(self, device: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time us, bytes in use) after each allocation or free on ``device``."""
+        on_device = self.memory_event_device == device
+        return self.memory_event_time_us[on_device], np.cumsum(self.memory_event_delta[on_device])
+
+    def overflow_report(self) -> list[str]:
+        """One sentence per device over its memory limit, naming the op where it overflowed."""
+        lines = []
+        for d in self.oom_devices:
+            dev = self.cluster.devices[d]
+            op = int(self.first_overflow_op[d])
+            where = f", first at op {self.graph.names[op]!r}" if op >= 0 else ""
+            lines.append(
+                f"device {dev.name!r} needs {self.peak_memory_bytes[d] / 2**30:.3f} GiB but has "
+                f"{dev.memory_bytes / 2**30:.3f} GiB{where}"
+            )
+        return lines
+
+    def to_dict(self) -> dict:
+        """The figures ``devplace simulate --json`` prints."""
+        return {
+            "step_time_us": self.step_time_us,
+            "peak_memory_bytes": self.peak_memory_bytes.tolist(),
+            "memory_bytes": self.cluster.memory_bytes.tolist(),
+            "oom_devices": self.oom_devices,
+            "first_overflow_op": [
+                self.graph.names[op] if op >= 0 and d in self.oom_devices else None
+                for d, op in enumerate(self.first_overflow_op.tolist())
+            ],
+            "busy_us": self.busy_us.tolist(),
+            "bytes_moved": self.bytes_moved,
+            "transfers": int(len(self.transfer_op)),
+            "link_bytes": self.link_bytes.tolist(),
+            "critical_path_ops": len(self.critical_path),
+            "device_names": self.cluster.device_names,
+        }
