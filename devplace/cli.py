@@ -1,0 +1,331 @@
+"""The ``devplace`` command line.
+
+Every command answers bad input with one line on stderr and exit code 2 (no traceback; set
+DEVPLACE_DEBUG=1 to see one), and writes its files through a temporary file and a rename, so a
+failed command leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from devplace.errors import DevplaceError
+
+app = typer.Typer(
+    name="devplace",
+    help="Place a neural network's training step across devices: capture, simulate, place, run.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+
+
+def friendly_errors(command: Callable) -> Callable:
+    """Turn devplace's own errors into one line on stderr and a non-zero exit."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except DevplaceError as exc:
+            if os.environ.get("DEVPLACE_DEBUG"):
+                raise
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            if os.environ.get("DEVPLACE_DEBUG"):
+                raise
+            err_console.print(f"[bold red]error:[/] {exc.strerror}: {exc.filename}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
+        except typer.Exit:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug: say so in one line, keep the trace on demand
+            if os.environ.get("DEVPLACE_DEBUG"):
+                raise
+            err_console.print(
+                f"[bold red]internal error[/] ({type(exc).__name__}: {exc}); "
+                f"rerun with DEVPLACE_DEBUG=1 for the traceback and report it",
+                highlight=False, soft_wrap=True,
+            )
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper
+
+
+def print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(value):
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f} ms"
+    return f"{us:.1f} us"
+
+
+# ------------------------------------------------------------------ loading helpers
+def load_graph_arg(target: str):
+    """A graph file, or a model target (``zoo:NAME[:k=v]`` / ``file.py:function``) to capture."""
+    from devplace.io import load_graph
+
+    if target.startswith("zoo:") or (":" in target and target.split(":", 1)[0].endswith(".py")):
+        from devplace.capture import profile_target
+
+        return profile_target(target, cost="roofline")
+    return load_graph(target)
+
+
+def load_cluster_arg(graph, cluster: Optional[str], memory_fraction: Optional[float] = None):
+    """``--cluster`` by name or path; ``from-graph`` (the default for dnn-partitioning files) uses
+    the devices the graph file declares."""
+    from devplace.cluster import load_cluster
+    from devplace.io.dnn_partitioning import cluster_for
+
+    if cluster in (None, "from-graph"):
+        if graph.meta.get("dnn_partitioning"):
+            result = cluster_for(graph)
+        elif cluster is None:
+            raise DevplaceError("give --cluster NAME_OR_TOML (see `devplace clusters`)")
+        else:
+            raise DevplaceError("--cluster from-graph needs a dnn-partitioning graph, which names its devices")
+    else:
+        result = load_cluster(cluster)
+    if memory_fraction is not None:
+        result = result.with_memory_fraction(memory_fraction)
+    return result
+
+
+def parse_options(pairs: list[str]) -> dict:
+    """``key=value`` pairs; values parsed as JSON where they can be (numbers, true/false)."""
+    options = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise DevplaceError(f"option {pair!r} must look like key=value")
+        key, value = pair.split("=", 1)
+        try:
+            options[key.strip().replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip().replace("-", "_")] = value
+    return options
+
+
+# ------------------------------------------------------------------------ commands
+@app.command()
+@friendly_errors
+def info(
+    graph_path: str = typer.Argument(..., metavar="GRAPH", help="graph file (native or dnn-partitioning JSON) or model target"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Summarise an operator graph: ops, edges, roles, memory, compute."""
+    graph = load_graph_arg(graph_path)
+    summary = graph.summary()
+    fallback = graph.meta.get("flop_fallback_ops")
+    if fallback is not None:
+        summary["flop_fallback_ops"] = fallback
+    if as_json:
+        print_json(summary)
+        return
+    table = Table(title=f"{graph_path}", show_header=False)
+    table.add_row("ops", str(summary["ops"]))
+    table.add_row("edges", str(summary["edges"]))
+    table.add_row("roles", ", ".join(f"{k} {v}" for k, v in summary["roles"].items()))
+    table.add_row("colocation groups", str(summary["colocation_groups"]))
+    table.add_row("persistent memory", fmt_bytes(summary["persistent_bytes"]))
+    table.add_row("output bytes (sum)", fmt_bytes(summary["output_bytes"]))
+    for kind, total in summary["total_compute_us"].items():
+        table.add_row(f"compute on one {kind}", fmt_us(total))
+    if summary["fixed_cost_edges"]:
+        table.add_row("edges with fixed transfer time", str(summary["fixed_cost_edges"]))
+    if fallback:
+        shown = ", ".join(sorted(set(fallback))[:10])
+        table.add_row("FLOPs estimated from shapes", f"{len(fallback)} ops ({shown})")
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def clusters(as_json: bool = typer.Option(False, "--json", help="print JSON")):
+    """List the cluster presets (copy one's TOML to make your own)."""
+    from devplace.cluster import load_cluster, preset_names
+
+    presets = [load_cluster(name) for name in preset_names()]
+    if as_json:
+        print_json([c.to_dict() for c in presets])
+        return
+    table = Table(title="cluster presets")
+    for column in ("name", "devices", "memory", "comm model", "description"):
+        table.add_column(column)
+    for c in presets:
+        kinds: dict[str, int] = {}
+        for dev in c.devices:
+            kinds[dev.kind] = kinds.get(dev.kind, 0) + 1
+        table.add_row(
+            c.name,
+            " + ".join(f"{n} x {k}" for k, n in kinds.items()),
+            ", ".join(sorted({fmt_bytes(d.memory_bytes) for d in c.devices})),
+            c.comm_model + (f", {c.op_gap_us:g} us/op gap" if c.op_gap_us else ""),
+            c.description,
+        )
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def simulate(
+    graph_path: str = typer.Argument(..., metavar="GRAPH", help="graph file or model target"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="preset name, TOML path, or from-graph"),
+    placement_path: Path = typer.Option(..., "--placement", "-p", help="placement JSON (from `devplace place`)"),
+    memory_fraction: Optional[float] = typer.Option(None, "--memory-fraction", help="scale every device's memory"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome/Perfetto trace here"),
+):
+    """Simulate one training step of GRAPH under a placement."""
+    from devplace.placement import Placement
+    from devplace.sim import simulate as run_simulation
+    from devplace.sim import write_chrome_trace
+
+    graph = load_graph_arg(graph_path)
+    target = load_cluster_arg(graph, cluster, memory_fraction)
+    placement = Placement.load(placement_path)
+    result = run_simulation(graph, target, placement)
+    if trace is not None:
+        write_chrome_trace(result, trace)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    table = Table(title=f"simulated step on {target.name}: {fmt_us(result.step_time_us)}")
+    for column in ("device", "busy", "utilisation", "peak memory", "memory", "sent"):
+        table.add_column(column, justify="right")
+    sent = result.link_bytes.sum(axis=1)
+    for d, dev in enumerate(target.devices):
+        over = d in result.oom_devices
+        table.add_row(
+            dev.name,
+            fmt_us(result.busy_us[d]),
+            f"{100 * result.busy_us[d] / max(result.step_time_us, 1e-12):.0f}%",
+            ("[red]" if over else "") + fmt_bytes(result.peak_memory_bytes[d]),
+            fmt_bytes(dev.memory_bytes),
+            fmt_bytes(sent[d]),
+        )
+    console.print(table)
+    for line in result.overflow_report():
+        console.print(f"[red]out of memory:[/] {line}")
+    if trace is not None:
+        console.print(f"trace written to {trace} (open it in https://ui.perfetto.dev)")
+
+
+@app.command()
+@friendly_errors
+def algos():
+    """List the placing algorithms."""
+    from devplace.placers import available
+
+    table = Table(title="placers")
+    table.add_column("name")
+    table.add_column("what it does")
+    for name, info in available().items():
+        table.add_row(name, info.summary)
+    console.print(table)
+
+
+@app.command()
+@friendly_errors
+def place(
+    graph_path: str = typer.Argument(..., metavar="GRAPH", help="graph file or model target"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="preset name, TOML path, or from-graph"),
+    algo: str = typer.Option("m-sct", "--algo", "-a", help="placer name (see `devplace algos`)"),
+    option: list[str] = typer.Option([], "--option", "-o", help="placer option key=value (repeatable)"),
+    seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
+    memory_fraction: Optional[float] = typer.Option(None, "--memory-fraction", help="scale every device's memory"),
+    output: Path = typer.Option(..., "--output", "--out", help="where to write the placement JSON"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+):
+    """Place GRAPH on a cluster and write the placement."""
+    from devplace.placers import place as run_placer
+    from devplace.sim import simulate as run_simulation
+
+    graph = load_graph_arg(graph_path)
+    target = load_cluster_arg(graph, cluster, memory_fraction)
+    placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
+    placement.save(output, graph)
+    result = run_simulation(graph, target, placement)
+    summary = {
+        "algorithm": algo,
+        "placement_time_s": placement.placement_time_s,
+        "step_time_us": result.step_time_us,
+        "peak_memory_bytes": result.peak_memory_bytes.tolist(),
+        "ops_per_device": [int((placement.devices == d).sum()) for d in range(target.n_devices)],
+        "output": str(output),
+    }
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"{algo}: simulated step {fmt_us(result.step_time_us)}, placed in {placement.placement_time_s:.2f} s, "
+        f"ops per device {summary['ops_per_device']}; written to {output}"
+    )
+
+
+@app.command()
+@friendly_errors
+def profile(
+    target: str = typer.Argument(..., help="zoo:NAME[:key=value,...] or path/to/file.py:function"),
+    output: Path = typer.Option(..., "--output", "-o", help="where to write the graph JSON"),
+    cost: str = typer.Option("roofline", "--cost", help="measured (time each op here) or roofline (from --cluster specs)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses"),
+    optimizer: str = typer.Option("adam", "--optimizer", help="optimizer whose update is captured"),
+):
+    """Capture a model's training step as an operator graph."""
+    from devplace.capture import profile_target
+    from devplace.cluster import load_cluster
+    from devplace.io import save_graph
+
+    graph = profile_target(
+        target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
+    )
+    save_graph(graph, output)
+    summary = graph.summary()
+    console.print(f"captured {summary['ops']} ops, {summary['edges']} edges ({summary['roles']}); written to {output}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
