@@ -301,6 +301,70 @@ def place(
     )
 
 
+def comparison_table(comparison, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("placer", "step time", "vs single", "peak memory (max)", "moved", "placed in", "note"):
+        table.add_column(column, justify="left" if column in ("placer", "note") else "right")
+    for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
+        if row.error:
+            table.add_row(row.algorithm, "-", "-", "-", "-", "-", row.error)
+            continue
+        table.add_row(
+            row.algorithm,
+            fmt_us(row.step_time_us),
+            f"{row.speedup_vs_single:.2f}x" if row.speedup_vs_single else "-",
+            fmt_bytes(max(row.peak_memory_bytes)),
+            fmt_bytes(row.bytes_moved),
+            f"{row.placement_time_s:.2f} s",
+            "[red]out of memory[/]" if row.oom else ("[green]best[/]" if row is comparison.best else ""),
+        )
+    return table
+
+
+@app.command()
+@friendly_errors
+def compare(
+    target: str = typer.Argument(..., metavar="TARGET", help="graph file or model target (zoo:NAME[:k=v,...])"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="preset name, TOML path, or from-graph"),
+    memory_fraction: Optional[float] = typer.Option(None, "--memory-fraction", help="scale every device's memory (Baechi: 0.3)"),
+    algos: Optional[str] = typer.Option(None, "--algos", help="comma-separated placers (default: all)"),
+    seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder for CSV/JSON, plots, trace and report.html"),
+    as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
+):
+    """Run the placers on one model and compare their simulated step times."""
+    from devplace.compare import compare as run_compare
+    from devplace.placers import available
+
+    graph = load_graph_arg(target)
+    machine = load_cluster_arg(graph, cluster, memory_fraction)
+    names = [a.strip() for a in algos.split(",") if a.strip()] if algos else list(available())
+    unknown = [a for a in names if a not in available()]
+    if unknown:
+        raise DevplaceError(f"no placer named {unknown[0]!r}: use any of {', '.join(available())}")
+    status = err_console if as_json else console
+    finished: list[str] = []
+    with status.status(f"placing with {names[0]} (1/{len(names)})") as spinner:
+        def progress(row):
+            finished.append(row.algorithm)
+            took = f"placed in {row.placement_time_s:.2f} s" if row.placement_time_s is not None else "no placement"
+            status.print(f"  {row.algorithm}: {fmt_us(row.step_time_us) if row.step_time_us else '-'} ({took})")
+            if len(finished) < len(names):
+                spinner.update(f"placing with {names[len(finished)]} ({len(finished) + 1}/{len(names)})")
+
+        comparison = run_compare(graph, machine, names, seed=seed, on_row=progress)
+    if out is not None:
+        from devplace.report import write_report
+
+        page = write_report(comparison, out, f"{target} on {machine.name}")
+    if as_json:
+        print_json([row.to_dict() for row in comparison.rows])
+        return
+    console.print(comparison_table(comparison, f"{target} on {machine.name} ({graph.n_ops} ops)"))
+    if out is not None:
+        console.print(f"report written to {page}")
+
+
 @app.command()
 @friendly_errors
 def profile(

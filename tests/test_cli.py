@@ -73,3 +73,15 @@ def test_simulate_refuses_a_placement_for_another_graph(tmp_path):
     dp.Placement(devices=[0, 0, 0]).save(placement)
     proc = run_cli("simulate", GNMT, "-p", str(placement), check=False)
     assert proc.returncode == 2 and "3 entries but the graph has 192 ops" in proc.stderr
+
+
+def test_compare_writes_report_and_json_rows(tmp_path):
+    out = tmp_path / "report"
+    rows = json.loads(run_cli("compare", GNMT, "--algos", "single", "--out", str(out), "--json").stdout)
+    assert [r["algorithm"] for r in rows] == ["single"]
+    assert {"algorithm", "step_time_us", "placement_time_s", "peak_memory_bytes", "oom", "error"} <= set(rows[0])
+    assert rows[0]["step_time_us"] == pytest.approx(520453.0)
+    for name in ("report.html", "comparison.csv", "comparison.json", "step_times.png", "best_timeline.png",
+                 "best_memory.png", "best_placement.png", "best_trace.json"):
+        assert (out / name).stat().st_size > 0, name
+    assert "best_timeline.png" in (out / "report.html").read_text()

@@ -1,0 +1,103 @@
+"""Everything ``devplace compare --out DIR`` writes, linked from one report.html that opens from disk."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from pathlib import Path
+
+from devplace.compare import Comparison
+from devplace.fileio import write_text_atomic
+from devplace.report import plots
+from devplace.sim.trace import write_chrome_trace
+
+CSV_COLUMNS = [
+    "algorithm", "step_time_us", "speedup_vs_single", "placement_time_s", "max_peak_memory_bytes",
+    "bytes_moved", "devices_used", "oom", "error",
+]
+
+
+def _csv(comparison: Comparison) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_COLUMNS)
+    for row in comparison.rows:
+        data = row.to_dict()
+        data["max_peak_memory_bytes"] = max(row.peak_memory_bytes) if row.peak_memory_bytes else ""
+        writer.writerow(["" if data[k] is None else data[k] for k in CSV_COLUMNS])
+    return buffer.getvalue()
+
+
+def write_report(comparison: Comparison, out_dir: "str | Path", title: str) -> Path:
+    """Write tables, plots and report.html into ``out_dir``; returns the report's path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = comparison.rows
+    write_text_atomic(out / "comparison.csv", _csv(comparison))
+    write_text_atomic(out / "comparison.json", json.dumps([r.to_dict() for r in rows], indent=2))
+    plots.step_time_bars(rows, out / "step_times.png", title)
+    files = {"step_times.png": "simulated step time per placer"}
+    best = comparison.best
+    if best is not None:
+        result = comparison.results[best.algorithm]
+        comparison.placements[best.algorithm].save(out / "best_placement.json", comparison.graph)
+        write_chrome_trace(result, out / "best_trace.json")
+        label = f"{best.algorithm} on {comparison.cluster.name}"
+        plots.gantt(result, out / "best_timeline.png", f"timeline of the best placement: {label}")
+        plots.memory_over_time(result, out / "best_memory.png", f"memory per device: {label}")
+        plots.placement_picture(result, out / "best_placement.png", f"ops coloured by device: {label}")
+        files |= {
+            "best_timeline.png": "timeline of the best placement",
+            "best_memory.png": "memory over time per device",
+            "best_placement.png": "the placement",
+        }
+    page = out / "report.html"
+    write_text_atomic(page, _html(comparison, title, files))
+    return page
+
+
+def _html(comparison: Comparison, title: str, images: dict[str, str]) -> str:
+    g, c = comparison.graph, comparison.cluster
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in (
+        "placer", "step time (ms)", "vs single", "peak memory, max (GiB)", "moved (MiB)", "placed in (s)", "result"))
+    body = []
+    for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
+        if row.error:
+            cells = [row.algorithm, "-", "-", "-", "-", "-", row.error]
+        else:
+            cells = [
+                row.algorithm, f"{row.step_time_us / 1e3:.3f}",
+                f"{row.speedup_vs_single:.2f}x" if row.speedup_vs_single else "-",
+                f"{max(row.peak_memory_bytes) / 2**30:.2f}", f"{row.bytes_moved / 2**20:.1f}",
+                f"{row.placement_time_s:.2f}", "out of memory" if row.oom else "ok",
+            ]
+        best = comparison.best is not None and row is comparison.best
+        body.append(f"<tr{' class=best' if best else ''}>" + "".join(f"<td>{esc(str(x))}</td>" for x in cells) + "</tr>")
+    figures = "".join(
+        f'<figure><img src="{esc(name)}" alt="{esc(caption)}"><figcaption>{esc(caption)}</figcaption></figure>'
+        for name, caption in images.items()
+    )
+    links = ['<a href="comparison.csv">comparison.csv</a>', '<a href="comparison.json">comparison.json</a>']
+    if comparison.best is not None:
+        links += ['<a href="best_placement.json">best_placement.json</a>',
+                  '<a href="best_trace.json">best_trace.json</a> (open in ui.perfetto.dev or chrome://tracing)']
+    devices = ", ".join(f"{d.name} ({d.kind}, {d.memory_bytes / 2**30:.1f} GiB)" for d in c.devices)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; color: #222; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 10px; text-align: right; }}
+td:first-child, td:last-child, th:first-child {{ text-align: left; }}
+tr.best {{ background: #e6f4e6; font-weight: bold; }} figure {{ margin: 1.5em 0; }} img {{ max-width: 100%; }}
+</style></head><body>
+<h1>{esc(title)}</h1>
+<p>Graph: {g.n_ops} ops, {g.n_edges} edges. Cluster <b>{esc(c.name)}</b>: {esc(devices)}; communication model {esc(c.comm_model)}.</p>
+<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
+<p>Files: {' · '.join(links)}</p>
+{figures}
+<p><small>Step times are simulated by devplace (see docs/simulator.md).</small></p>
+</body></html>
+"""
