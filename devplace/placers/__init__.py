@@ -69,18 +69,40 @@ def available() -> dict[str, PlacerInfo]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def place(graph, cluster, algo: str = "m-sct", seed: int = 0, check: bool = True, **options) -> Placement:
-    """Place ``graph`` on ``cluster`` with the algorithm registered as ``algo``."""
+def place(
+    graph, cluster, algo: str = "m-sct", seed: int = 0, check: bool = True, *,
+    coplacement: bool = False, fusion: bool = False, forward_only: bool = False, **options,
+) -> Placement:
+    """Place ``graph`` on ``cluster`` with the algorithm registered as ``algo``.
+
+    ``coplacement``, ``fusion`` and ``forward_only`` apply Baechi's graph optimizations
+    (``devplace.transforms``): the placer sees the smaller graph, its placement (and priorities) are
+    expanded back, and the check runs on the original graph. ``options['coarse_ops']`` records the
+    size of the graph the placer saw.
+    """
     placers = available()
     if algo not in placers:
         raise PlacementError(f"no placer named {algo!r}: use one of {', '.join(placers)}")
+    optimized = coplacement or fusion or forward_only
     began = time.perf_counter()
-    result = placers[algo].function(graph, cluster, seed=seed, **options)
+    if optimized:
+        from devplace.transforms import optimize
+
+        coarsening = optimize(graph, coplacement=coplacement, fusion=fusion, forward_only=forward_only)
+        coarse = placers[algo].function(coarsening.graph, cluster, seed=seed, **options)
+        result = coarsening.expand_placement(coarse)
+    else:
+        result = placers[algo].function(graph, cluster, seed=seed, **options)
     elapsed = time.perf_counter() - began
     if not isinstance(result, Placement):
         result = Placement(devices=np.asarray(result, dtype=np.int64))
     result.algorithm = algo
     result.options = {"seed": seed, **options} | result.options
+    if optimized:
+        result.options |= {
+            "coplacement": coplacement, "fusion": fusion, "forward_only": forward_only,
+            "original_ops": graph.n_ops, "coarse_ops": coarsening.graph.n_ops,
+        }
     result.placement_time_s = elapsed
     result.device_names = cluster.device_names
     result.graph_fingerprint = graph_fingerprint(graph.names)
