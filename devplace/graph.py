@@ -231,7 +231,7 @@ def _validate(g: OpGraph) -> None:
         if bad.any():
             i = int(np.flatnonzero(bad.reshape(len(values), -1).any(axis=1))[0])
             raise GraphError(
-                f"{owner(i)} has {field_name} = {values[i]!r}: it must be a finite number >= 0"
+                f"{owner(i)} has {field_name} = {float(values[i])!r}: it must be a finite number >= 0"
             )
 
     op_name = lambda i: f"op {g.names[i]!r}"  # noqa: E731
@@ -257,7 +257,7 @@ def _validate(g: OpGraph) -> None:
         bad = ~np.isnan(fixed) & (~np.isfinite(fixed) | (fixed < 0))
         if bad.any():
             e = int(np.flatnonzero(bad)[0])
-            raise GraphError(f"{edge_name(e)} has fixed_us = {fixed[e]!r}: it must be >= 0 or absent")
+            raise GraphError(f"{edge_name(e)} has fixed_us = {float(fixed[e])!r}: it must be >= 0 or absent")
 
     n_groups = len(g.colocation_names)
     bad = (g.colocation < -1) | (g.colocation >= n_groups)
@@ -372,6 +372,7 @@ class GraphBuilder:
             times = [float(compute_us[k]) for k in self.device_kinds]
         else:
             times = [float(compute_us)] * len(self.device_kinds)
+        role_code = int(Role.parse(role))  # may raise: check before changing any list
         index = len(self._names)
         self._index[name] = index
         self._names.append(name)
@@ -384,7 +385,7 @@ class GraphBuilder:
             self._coloc.append(-1)
         else:
             self._coloc.append(self._coloc_index.setdefault(colocation, len(self._coloc_index)))
-        self._role.append(int(Role.parse(role)))
+        self._role.append(role_code)
         self._mirror.append(mirror)
         return index
 

@@ -29,7 +29,6 @@ def load_graph(path: "str | Path") -> OpGraph:
             f"{source} is neither a devplace graph (\"format\": \"{native.FORMAT}\") nor a "
             f"dnn-partitioning graph (\"nodes\" and \"edges\" with \"fpgaLatency\"); see docs/graph-format.md"
         )
-    graph.meta.setdefault("path", str(path))
     return graph
 
 

@@ -86,12 +86,17 @@ def _numbers(column: list, where: str, key: str, names: list[str], allow_none: b
     try:
         if allow_none:
             return np.array([math.nan if v is None else v for v in column], dtype=np.float64)
-        return np.array(column, dtype=np.float64)
+        values = np.array(column, dtype=np.float64)
     except (TypeError, ValueError):
         for i, v in enumerate(column):
             if (v is None and not allow_none) or isinstance(v, (str, list, dict, bool)):
                 raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is {v!r}: it must be a number") from None
         raise GraphError(f"{where} field {key!r} must hold numbers") from None
+    if np.isnan(values).any():  # numpy reads null as NaN: say which entry was null
+        for i, v in enumerate(column):
+            if v is None:
+                raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is None: it must be a number")
+    return values
 
 
 def from_dict(data: dict, source: str = "graph") -> OpGraph:
