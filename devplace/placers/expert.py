@@ -1,0 +1,155 @@
+"""Baseline: the hand placements of the papers, recognised from the op names of zoo graphs.
+
+Rules (regular expressions searched in op names; a module path is a run of dotted parts, so
+``encoder.layers.1`` also matches ``fwd:encoder.layers.1.cell.mm`` but not ``encoder.layers.10``):
+
+========================  ===========================================================================
+seq2seq (GNMT, NMT)       ``encoder.layers.{i}`` and ``decoder.layers.{i}``: layer i of each side on
+                          device ``i * D // L`` (L layers, D devices): each layer on its own GPU when
+                          D >= L, as GNMT (Wu et al. 2016) and ColocRL's expert; encoder and decoder
+                          layer i share a device. ``encoder.embedding`` with encoder layer 0,
+                          ``decoder.embedding`` and ``attention`` with decoder layer 0 (GNMT computes
+                          attention from the bottom decoder layer), ``classifier``/``softmax`` with
+                          the top decoder layer.
+RNNLM                     ``rnnlm.layers.{i}`` on device ``i * D // L``; ``embedding`` with layer 0,
+                          ``classifier``/``softmax`` with the top layer.
+CNNs and other zoo nets   (``conv`` in names, or ``layers.{i}`` without the patterns above) all ops on
+                          the fastest single device that fits, as the papers' experts did.
+anything else             PlacementError: there is no expert rule for the graph.
+========================  ===========================================================================
+
+Ops no rule names (backward ops, glue, the loss) take, in topological order, the device of their
+mirror (forward op), else of their latest placed predecessor; sources take their first successor's.
+A colocation group then goes where its first rule-named member went (else its most common device).
+
+>>> from devplace.graph import GraphBuilder
+>>> from devplace.cluster import uniform_cluster
+>>> b = GraphBuilder(["gpu"])
+>>> names = ["encoder.layers.0.mm", "encoder.layers.1.mm", "decoder.layers.0.mm", "decoder.layers.1.mm",
+...          "classifier.mm"]
+>>> for n in names:
+...     _ = b.add_op(n, compute_us=1.0)
+>>> for a, c in zip(names, names[1:]):
+...     b.add_edge(a, c)
+>>> place(b.build(), uniform_cluster(2)).tolist()
+[0, 1, 0, 1, 1]
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from devplace.errors import PlacementError
+from devplace.placers import register
+
+_B = r"(?:^|[^\w])"       # start of a module path part
+_E = r"(?=$|[^\w])"       # end of a module path part
+ENCODER_LAYER = re.compile(_B + r"encoder\.layers\.(\d+)" + _E)
+DECODER_LAYER = re.compile(_B + r"decoder\.layers\.(\d+)" + _E)
+RNNLM_LAYER = re.compile(_B + r"rnnlm\.layers\.(\d+)" + _E)
+ENCODER_EMBEDDING = re.compile(_B + r"encoder\.embedding" + _E)
+DECODER_EMBEDDING = re.compile(_B + r"decoder\.embedding" + _E)
+EMBEDDING = re.compile(_B + r"embedding" + _E)
+ATTENTION = re.compile(_B + r"attention" + _E)
+HEAD = re.compile(_B + r"(?:classifier|softmax)" + _E)
+CONV = re.compile(r"conv", re.IGNORECASE)
+ANY_LAYER = re.compile(_B + r"layers\.\d+" + _E)
+
+
+def _layer_numbers(names: list[str], pattern: re.Pattern) -> np.ndarray:
+    out = np.full(len(names), -1, dtype=np.int64)
+    for i, name in enumerate(names):
+        m = pattern.search(name)
+        if m:
+            out[i] = int(m.group(1))
+    return out
+
+
+def rule_devices(graph, n_devices: int) -> np.ndarray | None:
+    """Device per op named by a layer rule (-1: no rule), or None when no layer rule applies."""
+    names = graph.names
+    enc = _layer_numbers(names, ENCODER_LAYER)
+    dec = _layer_numbers(names, DECODER_LAYER)
+    lm = _layer_numbers(names, RNNLM_LAYER)
+    devices = np.full(graph.n_ops, -1, dtype=np.int64)
+    if (enc >= 0).any() and (dec >= 0).any():
+        n_layers = int(max(enc.max(), dec.max())) + 1
+        layer_device = lambda i: i * n_devices // n_layers  # noqa: E731
+        for i, name in enumerate(names):
+            if enc[i] >= 0:
+                devices[i] = layer_device(enc[i])
+            elif dec[i] >= 0:
+                devices[i] = layer_device(dec[i])
+            elif ENCODER_EMBEDDING.search(name):
+                devices[i] = layer_device(0)
+            elif DECODER_EMBEDDING.search(name) or ATTENTION.search(name):
+                devices[i] = layer_device(0)
+            elif HEAD.search(name):
+                devices[i] = layer_device(n_layers - 1)
+        return devices
+    if (lm >= 0).any():
+        n_layers = int(lm.max()) + 1
+        for i, name in enumerate(names):
+            if lm[i] >= 0:
+                devices[i] = lm[i] * n_devices // n_layers
+            elif EMBEDDING.search(name):
+                devices[i] = 0
+            elif HEAD.search(name):
+                devices[i] = (n_layers - 1) * n_devices // n_layers
+        return devices
+    return None
+
+
+def _propagate(graph, devices: np.ndarray) -> np.ndarray:
+    """Give unnamed ops the device of their mirror or latest placed predecessor, then successor."""
+    devices = devices.copy()
+    rank = graph.topo_rank
+    for v in graph.topo_order:
+        if devices[v] >= 0:
+            continue
+        m = graph.mirror[v]
+        if m >= 0 and devices[m] >= 0:
+            devices[v] = devices[m]
+            continue
+        preds = graph.predecessors(v)
+        preds = preds[devices[preds] >= 0]
+        if len(preds):
+            devices[v] = devices[preds[np.argmax(rank[preds])]]
+    for v in graph.topo_order[::-1]:
+        if devices[v] < 0:
+            succs = graph.successors(v)
+            succs = succs[devices[succs] >= 0]
+            devices[v] = devices[succs[np.argmin(rank[succs])]] if len(succs) else 0
+    return devices
+
+
+def _keep_groups(graph, devices: np.ndarray, named: np.ndarray) -> np.ndarray:
+    devices = devices.copy()
+    for members in graph.colocation_members:
+        if len(members) < 2:
+            continue
+        by_rule = members[named[members]]
+        target = devices[by_rule[0]] if len(by_rule) else np.bincount(devices[members]).argmax()
+        devices[members] = target
+    return devices
+
+
+@register("expert", "the papers' hand placements (a layer per GPU for GNMT/RNNLM, CNNs on one device)")
+def place(graph, cluster, *, seed: int = 0) -> np.ndarray:
+    devices = rule_devices(graph, cluster.n_devices)
+    if devices is None:
+        names_conv = any(CONV.search(n) or CONV.search(k) for n, k in zip(graph.names, graph.kinds))
+        if names_conv or any(ANY_LAYER.search(n) for n in graph.names):
+            from devplace.placers.single import place as single
+
+            return single(graph, cluster, seed=seed)
+        example = graph.names[0] if graph.n_ops else ""
+        raise PlacementError(
+            f"the expert placer has no rule for this graph (op names like {example!r}): it knows zoo "
+            f"GNMT/NMT (encoder.layers.N, decoder.layers.N), RNNLM (rnnlm.layers.N) and CNNs; "
+            f"use another placer such as 'm-sct' or 'single'"
+        )
+    named = devices >= 0
+    return _keep_groups(graph, _propagate(graph, devices), named)

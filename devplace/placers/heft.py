@@ -1,0 +1,148 @@
+"""Baseline: HEFT, heterogeneous earliest finish time list scheduling (Topcuoglu et al., 2002).
+
+Ops are taken in decreasing upward rank, ``rank(i) = w(i) + max over successors j of (c(i, j) +
+rank(j))``, where ``w`` is the op's time averaged over the cluster's devices and ``c`` the edge's
+transfer time averaged over device pairs (its fixed time if it has one). Each op goes to the device
+where it would finish first, with insertion: it may fill an idle gap between ops already scheduled
+there. Transfers are charged per edge, without modelling link contention (classic HEFT); the
+simulator then runs the placement with the HEFT start times as priorities.
+
+Memory: a device is a candidate only if a conservative reserve still fits: the sum of persistent,
+output and temporary bytes of every op placed there plus one copy of every tensor it receives, a
+bound on its peak whatever the schedule. A colocation group reserves its whole footprint on the
+device its first op takes, and its other ops follow it there. If no device has room under that
+bound, the op goes where most room is left and ``options['memory_overcommitted']`` says so (the
+simulated check in ``devplace.place`` has the last word).
+
+>>> from devplace.graph import GraphBuilder
+>>> from devplace.cluster import uniform_cluster
+>>> b = GraphBuilder(["gpu"])
+>>> for name in ["a", "b", "c"]:
+...     _ = b.add_op(name, compute_us=10.0)
+>>> place(b.build(), uniform_cluster(3)).devices.tolist()   # independent ops spread out
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+import numpy as np
+
+from devplace.placement import Placement
+from devplace.placers import register
+
+
+def mean_transfer_us(graph, cluster) -> np.ndarray:
+    """Per edge: its fixed time, else latency + bytes / bandwidth averaged over distinct device pairs."""
+    d = cluster.n_devices
+    if d < 2:
+        return np.zeros(graph.n_edges)
+    off = ~np.eye(d, dtype=bool)
+    mean_latency = cluster.latency_us[off].mean()
+    mean_inverse_bw = (1.0 / cluster.bandwidth_bytes_per_us[off]).mean()
+    cost = np.where(graph.edge_bytes > 0, mean_latency + graph.edge_bytes * mean_inverse_bw, 0.0)
+    fixed = ~np.isnan(graph.edge_fixed_us)
+    cost[fixed] = graph.edge_fixed_us[fixed]
+    return cost
+
+
+def upward_rank(graph, op_time_us: np.ndarray, edge_cost_us: np.ndarray) -> np.ndarray:
+    """HEFT's upward rank: mean time of the op plus the costliest way from it to an exit."""
+    mean_time = op_time_us.mean(axis=1)
+    rank = np.zeros(graph.n_ops)
+    for v in graph.topo_order[::-1]:
+        out = graph.out_edges(v)
+        tail = (edge_cost_us[out] + rank[graph.edge_dst[out]]).max() if len(out) else 0.0
+        rank[v] = mean_time[v] + tail
+    return rank
+
+
+def _earliest_slot(starts: list, ends: list, ready: float, duration: float) -> float:
+    """Earliest start >= ready of an idle gap of ``duration`` between busy intervals (sorted)."""
+    k = bisect_right(ends, ready)
+    candidate = ready
+    while k < len(starts):
+        if candidate + duration <= starts[k]:
+            break
+        candidate = max(candidate, ends[k])
+        k += 1
+    return candidate
+
+
+@register("heft", "HEFT list scheduling: upward rank, insertion-based earliest finish, memory-aware")
+def place(graph, cluster, *, seed: int = 0, insertion: bool = True) -> Placement:
+    n, d = graph.n_ops, cluster.n_devices
+    columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
+    op_time = graph.compute_us[:, columns] + cluster.op_gap_us
+    rank = upward_rank(graph, op_time, mean_transfer_us(graph, cluster))
+    order = np.lexsort((graph.topo_rank, -rank))
+
+    fixed = graph.edge_fixed_us
+    footprint = graph.persistent_bytes + graph.output_bytes + graph.temp_bytes
+    capacity = cluster.memory_bytes
+    used = np.zeros(d)
+    received = [set() for _ in range(d)]
+    group_device: dict[int, int] = {}
+    group_bytes = {g: float(footprint[m].sum()) for g, m in enumerate(graph.colocation_members)}
+    starts = [[] for _ in range(d)]
+    ends = [[] for _ in range(d)]
+    device = np.full(n, -1, dtype=np.int64)
+    start = np.zeros(n)
+    finish = np.zeros(n)
+    overcommitted = False
+
+    for v in order.tolist():
+        group = int(graph.colocation[v])
+        in_edges = graph.in_edges(v)
+        producers = graph.edge_src[in_edges]
+
+        def incoming_bytes(dev: int) -> float:
+            remote = {int(p) for p in producers if device[p] != dev and int(p) not in received[dev]}
+            return float(graph.output_bytes[list(remote)].sum()) if remote else 0.0
+
+        if group >= 0 and group in group_device:
+            candidates = [group_device[group]]
+            own = 0.0
+        else:
+            candidates = list(range(d))
+            own = group_bytes[group] if group >= 0 else float(footprint[v])
+        room = [capacity[k] - used[k] - own - incoming_bytes(k) for k in candidates]
+        fitting = [k for k, r in zip(candidates, room) if r >= 0]
+        if not fitting:
+            overcommitted = True
+            fitting = [candidates[int(np.argmax(room))]]
+
+        best = None
+        for k in fitting:
+            ready = 0.0
+            for e, p in zip(in_edges.tolist(), producers.tolist()):
+                arrive = finish[p]
+                if device[p] != k:
+                    if fixed[e] == fixed[e]:
+                        arrive += fixed[e]
+                    elif graph.edge_bytes[e] > 0:
+                        arrive += cluster.transfer_us(int(device[p]), k, graph.edge_bytes[e])
+                ready = max(ready, arrive)
+            if insertion:
+                begin = _earliest_slot(starts[k], ends[k], ready, op_time[v, k])
+            else:
+                begin = max(ready, ends[k][-1] if ends[k] else 0.0)
+            if best is None or begin + op_time[v, k] < best[0]:
+                best = (begin + op_time[v, k], begin, k)
+        _, begin, k = best
+        used[k] += own + incoming_bytes(k)
+        received[k].update(int(p) for p in producers if device[p] != k)
+        if group >= 0:
+            group_device.setdefault(group, k)
+        device[v], start[v], finish[v] = k, begin, begin + op_time[v, k]
+        position = bisect_right(starts[k], begin)
+        starts[k].insert(position, begin)
+        ends[k].insert(position, finish[v])
+
+    priority = np.empty(n)
+    priority[np.lexsort((graph.topo_rank, start))] = np.arange(n)
+    options = {"insertion": insertion}
+    if overcommitted:
+        options["memory_overcommitted"] = True
+    return Placement(devices=device, priority=priority, options=options)

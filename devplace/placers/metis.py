@@ -1,0 +1,135 @@
+"""Baseline: min-cut partitioning with METIS, the papers' "Scotch" / "MinCut" baseline.
+
+Colocation groups are contracted first, so METIS sees one vertex per group (or lone op) with two
+weights, compute time (mean over the cluster's devices) and memory (persistent + output + temp
+bytes), and balances both across the D parts while cutting as little transfer time as it can
+(edge weight: the mean transfer time of the edges between the two vertices).
+
+METIS partitions an undirected graph, so data can flow part A -> B -> A, a cycle between devices
+that serialises the step. The parts are therefore put in order (by the mean topological rank of
+their ops) and repaired: a vertex is moved to the latest part among its predecessors whenever an
+input comes from a later part, until no edge goes from a later part to an earlier one. Every
+transfer then goes forward in that order, so the quotient graph between parts is a DAG (a chain
+order). Moves only push vertices later, so the repair ends after at most D rounds per vertex.
+Part k (in that order) goes to device k.
+
+A training step sends activations forward and gradients back, so on such graphs any split into
+layers is cyclic between parts and the repair pulls much of the graph onto the last parts: that
+is the price of an acyclic partition. ``acyclic=False`` keeps METIS's raw parts (the op graph is
+still a DAG, so the simulator runs either).
+
+>>> from devplace.graph import GraphBuilder
+>>> from devplace.cluster import uniform_cluster
+>>> b = GraphBuilder(["gpu"])
+>>> for chain in "ab":
+...     for i in range(20):
+...         _ = b.add_op(f"{chain}{i}", compute_us=1.0)
+...         if i:
+...             b.add_edge(f"{chain}{i - 1}", f"{chain}{i}", bytes=1e6)
+>>> devices = place(b.build(), uniform_cluster(2)).devices
+>>> sorted(set(devices[:20].tolist())), sorted(set(devices[20:].tolist())), bool(devices[0] != devices[20])
+([0], [1], True)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymetis
+
+from devplace.placement import Placement
+from devplace.placers import register
+from devplace.placers.heft import mean_transfer_us
+from devplace.transforms.coplacement import colocation_units
+
+_WEIGHT_SCALE = 1_000_000   # METIS wants integers: each weight kind is scaled to this total
+
+
+def _integer_weights(values: np.ndarray) -> np.ndarray:
+    total = values.sum()
+    if total <= 0:
+        return np.ones(len(values), dtype=np.int64)
+    return np.rint(values * (_WEIGHT_SCALE / total)).astype(np.int64)
+
+
+def metis_parts(graph, cluster, units: np.ndarray, *, seed: int = 0, imbalance: float = 0.05) -> np.ndarray:
+    """A METIS part (0..D-1) per unit, balancing compute and memory, cutting transfer time."""
+    n_units = int(units.max()) + 1
+    d = cluster.n_devices
+    if d == 1 or n_units <= 1:
+        return np.zeros(n_units, dtype=np.int64)
+    columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
+    compute = np.bincount(units, weights=graph.compute_us[:, columns].mean(axis=1), minlength=n_units)
+    memory = np.bincount(units, weights=graph.persistent_bytes + graph.output_bytes + graph.temp_bytes,
+                         minlength=n_units)
+    weights = [_integer_weights(compute)]
+    if memory.sum() > 0:
+        weights.append(_integer_weights(memory))
+    vweights = np.stack(weights, axis=1).ravel()
+
+    a, b = units[graph.edge_src], units[graph.edge_dst]
+    cross = a != b
+    cost = mean_transfer_us(graph, cluster)[cross]
+    lo, hi = np.minimum(a[cross], b[cross]), np.maximum(a[cross], b[cross])
+    key, inverse = np.unique(lo * n_units + hi, return_inverse=True)
+    pair_cost = np.bincount(inverse, weights=cost, minlength=len(key))
+    pair_weight = np.maximum(1, _integer_weights(pair_cost))
+    ends_a, ends_b = key // n_units, key % n_units
+    # symmetric CSR
+    rows = np.concatenate([ends_a, ends_b])
+    cols = np.concatenate([ends_b, ends_a])
+    wts = np.concatenate([pair_weight, pair_weight])
+    order = np.argsort(rows, kind="stable")
+    xadj = np.zeros(n_units + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_units), out=xadj[1:])
+    options = pymetis.Options(seed=int(seed) % (2**31), ufactor=max(1, int(imbalance * 1000)))
+    result = pymetis.part_graph(
+        d, pymetis.CSRAdjacency(xadj.tolist(), cols[order].tolist()),
+        vweights=vweights.tolist(), eweights=wts[order].tolist(), options=options,
+    )
+    return np.asarray(result.vertex_part, dtype=np.int64)
+
+
+def acyclic_repair(graph, units: np.ndarray, part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Order parts by mean topological rank, then push units later until every edge goes forward.
+
+    Returns each unit's position in the part order (0..n_parts-1) before and after the repair."""
+    mean_rank = np.full(n_parts, np.inf)
+    op_part = part[units]
+    counts = np.bincount(op_part, minlength=n_parts)
+    sums = np.bincount(op_part, weights=graph.topo_rank, minlength=n_parts)
+    nonempty = counts > 0
+    mean_rank[nonempty] = sums[nonempty] / counts[nonempty]
+    position_of_part = np.empty(n_parts, dtype=np.int64)
+    position_of_part[np.argsort(mean_rank, kind="stable")] = np.arange(n_parts)
+    initial = position_of_part[part]
+    position = initial.tolist()
+
+    unit = units.tolist()
+    order = graph.topo_order.tolist()
+    pred_ptr = graph.pred_ptr.tolist()
+    pred = graph.edge_src[graph.pred_edge].tolist()
+    changed = True
+    while changed:
+        changed = False
+        for v in order:
+            uv = unit[v]
+            need = position[uv]
+            for k in range(pred_ptr[v], pred_ptr[v + 1]):
+                p = position[unit[pred[k]]]
+                if p > need:
+                    need = p
+            if need > position[uv]:
+                position[uv] = need
+                changed = True
+    return initial, np.asarray(position, dtype=np.int64)
+
+
+@register("metis", "METIS min-cut partition balancing compute and memory, repaired to be acyclic")
+def place(graph, cluster, *, seed: int = 0, imbalance: float = 0.05, acyclic: bool = True) -> Placement:
+    units = colocation_units(graph)
+    part = metis_parts(graph, cluster, units, seed=seed, imbalance=imbalance)
+    if not acyclic:
+        return Placement(devices=part[units], options={"imbalance": imbalance, "acyclic": False})
+    initial, position = acyclic_repair(graph, units, part, cluster.n_devices)
+    moved = int(np.count_nonzero(position != initial))
+    return Placement(devices=position[units], options={"imbalance": imbalance, "units_moved_by_repair": moved})
