@@ -35,7 +35,14 @@ def example_path(name: str) -> Path:
     return path
 
 
+def capture(model, example_inputs, loss_fn, optimizer="adam", cost="measured", cluster=None, **options) -> OpGraph:
+    """Capture a PyTorch training step as an OpGraph (imports torch; see ``devplace.capture``)."""
+    from devplace.capture import capture as capture_step
+
+    return capture_step(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, cluster=cluster, **options)
+
+
 __all__ = [
     "Cluster", "Device", "DevplaceError", "GraphBuilder", "OpGraph", "Placement", "Role",
-    "SimResult", "Simulator", "example_path", "load_cluster", "load_graph", "place", "save_graph", "simulate",
+    "SimResult", "Simulator", "capture", "example_path", "load_cluster", "load_graph", "place", "save_graph", "simulate",
 ]

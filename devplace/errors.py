@@ -24,3 +24,7 @@ class PlacementError(DevplaceError):
 
 class OutOfMemoryError(PlacementError):
     """No placement fits the devices' memory."""
+
+
+class CaptureError(DevplaceError):
+    """A model, its inputs or its loss cannot be captured as a training-step graph."""

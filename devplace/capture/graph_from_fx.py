@@ -1,0 +1,210 @@
+"""Turning a traced training step (fx graph) into an ``OpGraph``.
+
+Graph ops are the fx placeholders (parameters, buffers, optimizer state, inputs) and the ATen
+call_function nodes, named as in the fx graph so an executor can map each op back to its node.
+Other nodes (``getitem``, Python arithmetic on symbolic scalars, profiler markers) are glue:
+an edge through them joins the ATen ops on either side.
+
+Edges: each data dependency (bytes of the tensor passed); an edge from a storage's owner to every
+op that reads an alias of it (0 bytes), so the owner's output stays allocated while a view of it
+is in use; and an edge from every earlier reader of a storage to an op that writes it in place
+(0 bytes), so no placement can run an update before the reads it must follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from devplace.capture.flops import node_bytes, node_flops, op_name
+from devplace.capture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
+from devplace.capture.trace import TracedStep, _phase, mirror_of
+from devplace.graph import GraphBuilder, OpGraph, Role
+
+SCALAR_EDGE_BYTES = 8.0  # a Python/symbolic scalar passed between ops
+
+
+def is_op_node(node: torch.fx.Node) -> bool:
+    if node.op == "placeholder":
+        return True
+    return (
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target.namespace != "profiler"
+    )
+
+
+@dataclass
+class OpStats:
+    """Per-op figures the cost models and the graph need, in graph op order."""
+
+    nodes: list[torch.fx.Node]
+    flops: np.ndarray
+    bytes_read: np.ndarray
+    bytes_written: np.ndarray
+    has_kernel: np.ndarray  # False for placeholders and pure aliasing ops (views)
+    estimated: list[str]  # op kinds whose FLOPs are shape estimates
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+
+def op_stats(traced: TracedStep) -> OpStats:
+    storages = storage_map(traced.gm)
+    nodes = [n for n in traced.gm.graph.nodes if is_op_node(n)]
+    n = len(nodes)
+    flops, read, written = np.zeros(n), np.zeros(n), np.zeros(n)
+    kernel = np.zeros(n, dtype=bool)
+    estimated: set[str] = set()
+    for i, node in enumerate(nodes):
+        if node.op == "placeholder":
+            continue
+        outputs = tensors_in(node.meta.get("val"))
+        aliasing = bool(outputs) and storages.new_bytes[node.name] == 0 and not mutated_args(node)
+        if aliasing:
+            continue
+        kernel[i] = True
+        flops[i], guessed = node_flops(node)
+        if guessed:
+            estimated.add(op_name(node.target))
+        read[i], written[i] = node_bytes(node)
+    return OpStats(nodes, flops, read, written, kernel, sorted(estimated))
+
+
+def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict) -> OpGraph:
+    """The OpGraph of the traced step with ``compute_us[kind][i]`` for op ``stats.nodes[i]``."""
+    gm = traced.gm
+    storages = storage_map(gm)
+    groups = _colocation(traced, storages)
+    mirrors = mirror_of(gm)
+    builder = GraphBuilder(list(compute_us))
+    is_op = {node.name: True for node in stats.nodes}
+
+    for i, node in enumerate(stats.nodes):
+        times = {kind: float(col[i]) for kind, col in compute_us.items()}
+        if node.op == "placeholder":
+            kind, owner = traced.placeholder_info[node.name]
+            size = float(storages.new_bytes[node.name])
+            persistent = kind in ("param", "buffer", "state")
+            builder.add_op(
+                node.name, compute_us=times, kind=kind,
+                persistent_bytes=size if persistent else 0.0, output_bytes=0.0 if persistent else size,
+                colocation=groups.get(node.name), role=Role.OTHER,
+            )
+            continue
+        role = {"forward": Role.FORWARD, "backward": Role.BACKWARD, "update": Role.UPDATE}.get(_phase(node), Role.OTHER)
+        mirror = mirrors.get(node.name) if role == Role.BACKWARD else None
+        builder.add_op(
+            node.name, compute_us=times, kind=op_name(node.target),
+            output_bytes=float(storages.new_bytes[node.name]), colocation=groups.get(node.name),
+            role=role, mirror=mirror if mirror in is_op else None,
+        )
+
+    edges: dict[tuple[str, str], float] = {}
+    readers: dict[int, list[str]] = {}  # storage key -> ops that read it so far
+
+    def add(src: str, dst: str, nbytes: float) -> None:
+        if src != dst:
+            edges[(src, dst)] = max(edges.get((src, dst), 0.0), nbytes)
+
+    producers = _producer_resolver(is_op)
+    for node in stats.nodes:
+        if node.op == "placeholder":
+            continue
+        read_keys: set[int] = set()
+        for arg in node.all_input_nodes:
+            for src, nbytes in producers(arg):
+                add(src, node.name, nbytes)
+            for t in tensors_in(arg.meta.get("val")):
+                read_keys.add(storage_key(t))
+        for key in read_keys:
+            owner = storages.owner.get(key)
+            if owner is not None and owner in is_op:
+                add(owner, node.name, 0.0)
+        for target in mutated_args(node):
+            for t in tensors_in(target.meta.get("val")):
+                for reader in readers.get(storage_key(t), []):
+                    add(reader, node.name, 0.0)
+        for key in read_keys:
+            readers.setdefault(key, []).append(node.name)
+    for (src, dst), nbytes in edges.items():
+        builder.add_edge(src, dst, bytes=nbytes)
+    builder.meta.update(meta)
+    return builder.build()
+
+
+def _producer_resolver(is_op: dict[str, bool]):
+    """For an fx node, the graph ops whose outputs it carries, with the bytes of each."""
+    cache: dict[str, list[tuple[str, float]]] = {}
+
+    def producers(node: torch.fx.Node) -> list[tuple[str, float]]:
+        if node.name in cache:
+            return cache[node.name]
+        value = node.meta.get("val")
+        nbytes = float(sum(tensor_bytes(t) for t in tensors_in(value))) if tensors_in(value) else SCALAR_EDGE_BYTES
+        if node.name in is_op:
+            result = [(node.name, nbytes)]
+        else:  # glue: getitem takes one element of its producer's output; others pass scalars on
+            result = []
+            for arg in node.all_input_nodes:
+                result += [(src, nbytes if node.target is _getitem else b) for src, b in producers(arg)]
+        cache[node.name] = result
+        return result
+
+    return producers
+
+
+import operator as _operator  # noqa: E402
+
+_getitem = _operator.getitem
+
+
+def _colocation(traced: TracedStep, storages) -> dict[str, str]:
+    """Op name -> group: a parameter with its optimizer state, gradient accumulation and update ops;
+    a buffer with the ops that update it in place."""
+    gm = traced.gm
+    group_of_storage: dict[int, str] = {}
+    groups: dict[str, str] = {}
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for name, (kind, owner) in traced.placeholder_info.items():
+        if kind in ("param", "state", "buffer"):
+            label = f"{'buffer' if kind == 'buffer' else 'param'}:{owner}"
+            groups[name] = label
+            for t in tensors_in(nodes[name].meta.get("val")):
+                group_of_storage[storage_key(t)] = label
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        custom = node.meta.get("custom") or {}
+        if custom.get("phase") == "update" and "param" in custom and is_op_node(node):
+            groups[node.name] = f"param:{custom['param']}"
+            continue
+        for target in mutated_args(node):
+            for t in tensors_in(target.meta.get("val")):
+                label = group_of_storage.get(storage_key(t))
+                if label is not None and is_op_node(node):
+                    groups[node.name] = label
+    for param, grad in traced.grad_nodes.items():
+        for name in _accumulation(nodes[grad]):
+            groups.setdefault(name, f"param:{param}")
+    return groups
+
+
+def _accumulation(grad: torch.fx.Node) -> list[str]:
+    """The ops that produce a gradient: views of it down to, and including, a summing ``add``."""
+    out = []
+    node = grad
+    while node.op == "call_function" and is_op_node(node):
+        name = op_name(node.target)
+        if name == "add":
+            out.append(node.name)
+            break
+        schema = node.target._schema
+        if not (schema.returns and schema.returns[0].alias_info is not None):
+            break
+        out.append(node.name)
+        node = node.args[0]
+    return out

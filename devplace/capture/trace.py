@@ -1,0 +1,300 @@
+"""Tracing one training step (forward, backward, optimizer update) into an ATen-level fx graph.
+
+``trace_step`` runs ``make_fx`` in fake mode over a function that calls the model through
+``torch.func.functional_call``, takes ``torch.autograd.grad`` of the loss and steps a
+``torch.optim`` optimizer per parameter. No real activation is allocated. The placeholders are, in
+order: parameters, buffers, optimizer state, inputs; ``TracedStep`` says which is which, so the
+same ``gm`` can be run again on real tensors (``real_args``) by the measured cost model or an executor.
+
+Every node carries ``meta["custom"]["phase"]`` (forward/backward/update) and, for update ops, the
+parameter it updates. Backward -> forward links come from autograd sequence numbers: the hooks
+torch's AOT autograd uses stamp each backward node with the ``seq_nr`` of the autograd Node it
+runs, and a forward node carries the ``seq_nr`` of the Node it created (see ``mirror_of``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx.traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from devplace.errors import CaptureError
+
+OPTIMIZERS = ("adam", "adamw", "sgd", "none")
+
+
+@dataclass
+class TracedStep:
+    """An fx graph of one training step and what its placeholders stand for."""
+
+    gm: torch.fx.GraphModule
+    param_names: list[str]
+    buffer_names: list[str]
+    # placeholder node name -> ("param"|"buffer"|"state"|"input", owning parameter/buffer name or "")
+    placeholder_info: dict[str, tuple[str, str]]
+    optimizer: str
+    # fx node name of each parameter's gradient (the values autograd.grad returned)
+    grad_nodes: dict[str, str] = field(default_factory=dict)
+
+    def real_args(self, model: torch.nn.Module, example_inputs, targets=()) -> list:
+        """Concrete placeholder values: copies of the weights, zero optimizer state, inputs, targets."""
+        params = [p.detach().clone() for _, p in model.named_parameters()]
+        buffers = [b.detach().clone() for _, b in model.named_buffers()]
+        return [*params, *buffers, *_initial_state(params, self.optimizer),
+                *_flat_inputs(example_inputs)[0], *_flat_targets(targets)]
+
+
+def _initial_state(params: list[torch.Tensor], optimizer: str) -> list[torch.Tensor]:
+    """Adam/AdamW keep (step, exp_avg, exp_avg_sq) per parameter; plain SGD keeps nothing."""
+    if optimizer in ("adam", "adamw"):
+        out = []
+        for p in params:
+            out += [torch.zeros((), dtype=torch.float32), torch.zeros_like(p), torch.zeros_like(p)]
+        return out
+    return []
+
+
+STATE_NAMES = {"adam": ("step", "exp_avg", "exp_avg_sq"), "adamw": ("step", "exp_avg", "exp_avg_sq")}
+
+
+def _flat_inputs(example_inputs) -> tuple[list, callable]:
+    """(tensor list, rebuild) for a tensor, a tuple/list of tensors or a dict of keyword tensors."""
+    if isinstance(example_inputs, torch.Tensor):
+        return [example_inputs], lambda xs: ((xs[0],), {})
+    if isinstance(example_inputs, (tuple, list)):
+        items = list(example_inputs)
+        _check_input_types(items, "example_inputs")
+        return items, lambda xs: (tuple(xs), {})
+    if isinstance(example_inputs, dict):
+        keys = list(example_inputs)
+        _check_input_types([example_inputs[k] for k in keys], "example_inputs")
+        return [example_inputs[k] for k in keys], lambda xs: ((), dict(zip(keys, xs)))
+    raise CaptureError(
+        f"example_inputs must be a tensor, a tuple/list of tensors or a dict of tensors, "
+        f"not {type(example_inputs).__name__}"
+    )
+
+
+def _flat_targets(targets) -> list:
+    items = [targets] if isinstance(targets, torch.Tensor) else list(targets or ())
+    _check_input_types(items, "targets")
+    return items
+
+
+def _check_input_types(items: list, where: str) -> None:
+    for i, x in enumerate(items):
+        if not isinstance(x, torch.Tensor):
+            raise CaptureError(
+                f"{where}[{i}] is a {type(x).__name__}: every model input must be a torch.Tensor "
+                f"(bind other arguments into the model or loss function)"
+            )
+
+
+def _make_optimizer(name: str, params: list[torch.Tensor]):
+    if name == "adam":
+        return torch.optim.Adam(params, foreach=False)
+    if name == "adamw":
+        return torch.optim.AdamW(params, foreach=False)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-2, foreach=False)
+    raise CaptureError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
+
+
+class _ModuleStack:
+    """Hooks that remember which submodule is running, so a tracing failure can name it."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.stack: list[str] = []
+        self.handles = []
+        for name, module in model.named_modules():
+            label = f"{name or '<root>'} ({type(module).__name__})"
+            self.handles.append(module.register_forward_pre_hook(self._enter(label)))
+            self.handles.append(module.register_forward_hook(self._leave))
+
+    def _enter(self, label: str):
+        def hook(module, args):
+            self.stack.append(label)
+        return hook
+
+    def _leave(self, module, args, output):
+        # not called when forward raises, so the innermost failing module stays on top
+        self.stack.pop()
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str = "adam", targets=()) -> TracedStep:
+    """Trace forward + backward + optimizer update of ``model`` on ``example_inputs`` (fake mode).
+
+    The loss is ``loss_fn(model_output, *targets)``; targets become graph inputs like the batch.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    if optimizer is None:
+        optimizer = "none"
+    if optimizer not in OPTIMIZERS:
+        raise CaptureError(f"unknown optimizer {optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
+    if not callable(loss_fn):
+        raise CaptureError(f"loss_fn must be callable (output -> scalar tensor), not {type(loss_fn).__name__}")
+    param_names = [n for n, _ in model.named_parameters()]
+    if not param_names:
+        raise CaptureError(f"the model {type(model).__name__} has no parameters: there is no training step to capture")
+    buffer_names = [n for n, _ in model.named_buffers()]
+    inputs, rebuild = _flat_inputs(example_inputs)
+    target_list = _flat_targets(targets)
+    n_in = len(inputs)
+    n_p, n_b = len(param_names), len(buffer_names)
+    n_state = len(STATE_NAMES.get(optimizer, ()))
+    modules = _ModuleStack(model)
+    failure: dict = {}
+
+    def step(*flat):
+        params = list(flat[:n_p])
+        buffers = list(flat[n_p : n_p + n_b])
+        state = list(flat[n_p + n_b : n_p + n_b + n_p * n_state])
+        rest = list(flat[n_p + n_b + n_p * n_state :])
+        args, kwargs = rebuild(rest[:n_in])
+        for p in params:
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            with fx_traceback.annotate({"phase": "forward"}):
+                try:
+                    out = torch.func.functional_call(
+                        model, {**dict(zip(param_names, params)), **dict(zip(buffer_names, buffers))},
+                        args, kwargs,
+                    )
+                except CaptureError:
+                    raise
+                except Exception:
+                    failure["module"] = modules.stack[-1] if modules.stack else f"<root> ({type(model).__name__})"
+                    raise
+                loss = loss_fn(out, *rest[n_in:])
+            _check_loss(loss)
+        _stamp_backward_nodes(loss)
+        with fx_traceback.annotate({"phase": "backward"}):
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+        if optimizer != "none":
+            with torch.no_grad():
+                for i, (name, p, g) in enumerate(zip(param_names, params, grads)):
+                    if g is None:
+                        continue
+                    opt = _make_optimizer(optimizer, [p])
+                    p.grad = g
+                    if n_state:
+                        opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
+                    with fx_traceback.annotate({"phase": "update", "param": name}):
+                        opt.step()
+                    p.grad = None
+        return loss.detach(), [g for g in grads]
+
+    fake_args = [*[p.detach() for _, p in model.named_parameters()],
+                 *[b.detach() for _, b in model.named_buffers()],
+                 *_initial_state([p.detach() for _, p in model.named_parameters()], optimizer),
+                 *inputs, *target_list]
+    was_training = model.training
+    model.train()
+    try:
+        with fx_traceback.preserve_node_meta(), warnings_quiet():
+            gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(*fake_args)
+    except CaptureError:
+        raise
+    except Exception as exc:
+        reason = _first_line(exc)
+        if "module" in failure:
+            raise CaptureError(f"the forward pass cannot be traced: module {failure['module']} failed: {reason}") from exc
+        raise CaptureError(f"the training step cannot be traced: {reason}") from exc
+    finally:
+        modules.remove()
+        model.train(was_training)
+    return _label(gm, param_names, buffer_names, optimizer, n_state, n_in, len(target_list))
+
+
+def _check_loss(loss) -> None:
+    if not isinstance(loss, torch.Tensor):
+        raise CaptureError(f"loss_fn must return a scalar tensor, not {type(loss).__name__}")
+    if loss.dim() != 0:
+        raise CaptureError(
+            f"loss_fn must return a scalar (0-d) tensor, but it returned one of shape {tuple(loss.shape)}: "
+            f"reduce it, e.g. with .mean() or .sum()"
+        )
+    if not loss.requires_grad:
+        raise CaptureError("the loss does not depend on any parameter: loss_fn must use the model's output")
+
+
+def _stamp_backward_nodes(loss: torch.Tensor) -> None:
+    """Register the hooks that tag every backward fx node with its autograd Node's seq_nr."""
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+
+    setup_stacktrace_preservation_hooks([loss.grad_fn])
+
+
+@contextlib.contextmanager
+def warnings_quiet():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def _label(gm, param_names, buffer_names, optimizer, n_state, n_inputs, n_targets) -> TracedStep:
+    """Rename placeholders after what they hold (param_fc1_weight, ...) and record their meaning."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    labels: list[tuple[str, str, str]] = []  # (new name stem, kind, owner)
+    for name in param_names:
+        labels.append((f"param_{name}", "param", name))
+    for name in buffer_names:
+        labels.append((f"buffer_{name}", "buffer", name))
+    for name in param_names:
+        for s in STATE_NAMES.get(optimizer, ())[:n_state]:
+            labels.append((f"state_{name}_{s}", "state", name))
+    for i in range(n_inputs):
+        labels.append((f"input_{i}", "input", ""))
+    for i in range(n_targets):
+        labels.append((f"target_{i}", "target", ""))
+    info: dict[str, tuple[str, str]] = {}
+    for node, (stem, kind, owner) in zip(placeholders, labels):
+        node.name = gm.graph._graph_namespace.create_name(stem.replace(".", "_"), None)
+        node.target = node.name
+        info[node.name] = (kind, owner)
+    gm.recompile()
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    grads = out.args[0][1]
+    grad_nodes = {name: g.name for name, g in zip(param_names, grads) if isinstance(g, torch.fx.Node)}
+    return TracedStep(gm, param_names, buffer_names, info, optimizer, grad_nodes)
+
+
+def mirror_of(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """Backward fx node name -> the forward fx node whose autograd Node it runs.
+
+    A forward node's ``seq_nr`` is that of the last autograd Node created so far, so the first
+    forward node with a given ``seq_nr`` is the one that created the Node; later ones that created
+    none repeat it. A backward node's ``seq_nr`` is the Node being run when it was traced.
+    """
+    creator: dict[int, str] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and _phase(node) == "forward":
+            seq = node.meta.get("seq_nr")
+            if seq is not None and seq >= 0:
+                creator.setdefault(seq, node.name)
+    links = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and _phase(node) == "backward":
+            seq = node.meta.get("seq_nr")
+            if seq in creator:
+                links[node.name] = creator[seq]
+    return links
+
+
+def _phase(node: torch.fx.Node) -> str:
+    return (node.meta.get("custom") or {}).get("phase", "other")
