@@ -79,10 +79,15 @@ class Cluster:
         self.latency_us = np.ascontiguousarray(self.latency_us, dtype=np.float64).reshape(d, d)
         self.bandwidth_bytes_per_us = np.ascontiguousarray(self.bandwidth_bytes_per_us, dtype=np.float64).reshape(d, d)
         off = ~np.eye(d, dtype=bool)
-        if (~np.isfinite(self.latency_us[off]) | (self.latency_us[off] < 0)).any():
-            raise ClusterError(f"cluster {self.name!r} has a link latency that is negative or not a number")
-        if (~(self.bandwidth_bytes_per_us[off] > 0)).any():
-            raise ClusterError(f"cluster {self.name!r} has a link bandwidth that is not > 0")
+        bad_latency = off & ~(np.isfinite(self.latency_us) & (self.latency_us >= 0))
+        bad_bandwidth = off & ~(self.bandwidth_bytes_per_us > 0)
+        for bad, what in ((bad_latency, "latency_us must be a finite number >= 0"),
+                          (bad_bandwidth, "bandwidth_bytes_per_us must be > 0")):
+            if bad.any():
+                a, b = (int(x) for x in np.argwhere(bad)[0])
+                raise ClusterError(
+                    f"cluster {self.name!r} link {self.devices[a].name!r} -> {self.devices[b].name!r}: {what}"
+                )
         if not (math.isfinite(self.op_gap_us) and self.op_gap_us >= 0):
             raise ClusterError(f"cluster {self.name!r} has op_gap_us = {self.op_gap_us!r}: it must be >= 0")
         for arr in (self.latency_us, self.bandwidth_bytes_per_us):
@@ -180,28 +185,62 @@ def _number(table: dict, key: str, where: str, default: float | None = None) -> 
     return float(value)
 
 
-def _link(table: dict, where: str) -> tuple[float, float]:
+def _link(table: dict, where: str, extra: tuple[str, ...] = ()) -> tuple[float, float]:
     """(latency_us, bandwidth_bytes_per_us) from a link table; ``us_per_byte`` is Baechi's form."""
+    _known_fields(table, LINK_FIELDS + extra, where)
     latency = _number(table, "latency_us", where, 0.0)
+    if latency < 0:
+        raise ClusterError(f"{where} field 'latency_us' must be >= 0, not {latency!r}")
+    if "us_per_byte" in table and "bandwidth_bytes_per_us" in table:
+        raise ClusterError(f"{where} gives both 'us_per_byte' and 'bandwidth_bytes_per_us': keep one")
     if "us_per_byte" in table:
         per_byte = _number(table, "us_per_byte", where)
         if per_byte <= 0:
             raise ClusterError(f"{where} field 'us_per_byte' must be > 0")
         return latency, 1.0 / per_byte
-    return latency, _number(table, "bandwidth_bytes_per_us", where)
+    bandwidth = _number(table, "bandwidth_bytes_per_us", where)
+    if bandwidth <= 0:
+        raise ClusterError(f"{where} field 'bandwidth_bytes_per_us' must be > 0, not {bandwidth!r}")
+    return latency, bandwidth
+
+
+TOP_FIELDS = ("name", "description", "comm_model", "op_gap_us", "devices", "links")
+DEVICE_FIELDS = ("name", "kind", "count", "memory_gib", "memory_bytes", "peak_tflops", "memory_bandwidth_gbps")
+LINK_FIELDS = ("latency_us", "bandwidth_bytes_per_us", "us_per_byte")
+
+
+def _known_fields(table, allowed: tuple[str, ...], where: str) -> dict:
+    """Refuse misspelt fields: a typo silently ignored would give a different cluster."""
+    if not isinstance(table, dict):
+        raise ClusterError(f"{where} must be a table, not {table!r}")
+    unknown = [key for key in table if key not in allowed]
+    if unknown:
+        raise ClusterError(f"{where} has the unknown field {unknown[0]!r}: use {', '.join(allowed)}")
+    return table
 
 
 def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
     """Build a cluster from the TOML layout documented in ``docs/cluster-format.md``."""
     name = str(spec.get("name", default_name))
+    _known_fields(spec, TOP_FIELDS, f"cluster {name!r}")
+    if not isinstance(spec.get("devices", []), list):
+        raise ClusterError(f"cluster {name!r} field 'devices' must be a list of [[devices]] tables")
     devices: list[Device] = []
     for k, entry in enumerate(spec.get("devices", [])):
         where = f"cluster {name!r} device entry {k + 1}"
+        _known_fields(entry, DEVICE_FIELDS, where)
         if "kind" not in entry:
             raise ClusterError(f"{where} is missing the field 'kind'")
-        count = int(_number(entry, "count", where, 1.0))
+        count = _number(entry, "count", where, 1.0)
+        if not (count >= 1 and count.is_integer()):
+            raise ClusterError(f"{where} field 'count' must be a whole number >= 1, not {entry['count']!r}")
+        count = int(count)
         base = str(entry.get("name", entry["kind"]))
-        memory = _number(entry, "memory_gib", where, 0.0) * 2**30 or _number(entry, "memory_bytes", where)
+        if "memory_gib" in entry and "memory_bytes" in entry:
+            raise ClusterError(f"{where} gives both 'memory_gib' and 'memory_bytes': keep one")
+        if "memory_gib" not in entry and "memory_bytes" not in entry:
+            raise ClusterError(f"{where} is missing the field 'memory_gib' (or 'memory_bytes')")
+        memory = _number(entry, "memory_gib", where, 0.0) * 2**30 or _number(entry, "memory_bytes", where, 0.0)
         for i in range(count):
             devices.append(
                 Device(
@@ -213,7 +252,7 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
                 )
             )
     d = len(devices)
-    links = spec.get("links", {})
+    links = _known_fields(spec.get("links", {}), ("default", "pairs"), f"cluster {name!r} [links]")
     default = links.get("default")
     if default is None and d > 1:
         raise ClusterError(f"cluster {name!r} is missing [links.default] (latency_us and bandwidth_bytes_per_us)")
@@ -226,10 +265,13 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
     index = {dev.name: i for i, dev in enumerate(devices)}
     for k, pair in enumerate(links.get("pairs", [])):
         where = f"cluster {name!r} [[links.pairs]] entry {k + 1}"
-        ends = pair.get("devices", [])
-        if len(ends) != 2 or any(e not in index for e in ends):
-            raise ClusterError(f"{where} must name two devices of the cluster in 'devices', not {ends!r}")
-        lat, bw = _link(pair, where)
+        ends = pair.get("devices", []) if isinstance(pair, dict) else []
+        if not isinstance(ends, list) or len(ends) != 2 or ends[0] == ends[1] or any(e not in index for e in ends):
+            raise ClusterError(
+                f"{where} field 'devices' must name two different devices of the cluster "
+                f"({', '.join(index)}), not {ends!r}"
+            )
+        lat, bw = _link(pair, where, extra=("devices",))
         a, b = index[ends[0]], index[ends[1]]
         latency[a, b] = latency[b, a] = lat
         bandwidth[a, b] = bandwidth[b, a] = bw

@@ -85,6 +85,15 @@ def _heap_pop(heap_time, heap_key, base, size):
 
 
 @njit(cache=True)
+def devices_in_range(devices, n_dev):
+    """True if every device index is in [0, n_dev): the event loop does not check bounds."""
+    for i in range(devices.shape[0]):
+        if devices[i] < 0 or devices[i] >= n_dev:
+            return False
+    return True
+
+
+@njit(cache=True)
 def simulate_schedule(
     succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, in_degree,
     op_time_us, devices, priority, latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us,
@@ -239,7 +248,8 @@ def memory_events(
     persistent_bytes, output_bytes, temp_bytes,
     xfer_op, xfer_dst, xfer_start, xfer_end,
 ):
-    """Allocations and frees as (time, device, delta bytes, op), sorted by time, frees first.
+    """Allocations and frees as (time, device, delta bytes, op) plus the persistent-block length,
+    unsorted: ``sorted_memory_events`` orders them by time, frees first.
 
     Persistent bytes come first at time 0, in op order, so an overflow there names the op that
     tipped the device over."""
@@ -269,7 +279,10 @@ def memory_events(
         if xfer_end[x] > out_free[u]:
             out_free[u] = xfer_end[x]
 
-    # three blocks, each later sorted stably by time: persistent, frees, allocations
+    # three blocks: persistent (time 0, kept first), frees, allocations. Sorting the last two
+    # stably by time puts frees before allocations at equal times. Zero-byte events and
+    # allocations that would live for no time (a zero-time op's temporaries) are left out: they
+    # change nothing, and freeing such a block before allocating it would dip below zero.
     size = n + 2 * n + n + 2 * n_xfer
     time = np.empty(size)
     device = np.empty(size, np.int64)
@@ -277,44 +290,71 @@ def memory_events(
     owner = np.empty(size, np.int64)
     k = 0
     for u in range(n):
-        time[k] = 0.0
-        device[k] = devices[u]
-        delta[k] = persistent_bytes[u]
-        owner[k] = u
-        k += 1
+        if persistent_bytes[u] > 0.0:
+            time[k] = 0.0
+            device[k] = devices[u]
+            delta[k] = persistent_bytes[u]
+            owner[k] = u
+            k += 1
+    n_persistent = k
     for u in range(n):
-        time[k] = out_free[u]
-        device[k] = devices[u]
-        delta[k] = -output_bytes[u]
-        owner[k] = u
-        k += 1
-        time[k] = finish[u]
-        device[k] = devices[u]
-        delta[k] = -temp_bytes[u]
-        owner[k] = u
-        k += 1
+        keep_out = output_bytes[u] > 0.0 and out_free[u] > start[u]
+        keep_temp = temp_bytes[u] > 0.0 and finish[u] > start[u]
+        if keep_out and out_free[u] == finish[u] and keep_temp:
+            time[k] = finish[u]
+            device[k] = devices[u]
+            delta[k] = -(output_bytes[u] + temp_bytes[u])
+            owner[k] = u
+            k += 1
+            continue
+        if keep_out:
+            time[k] = out_free[u]
+            device[k] = devices[u]
+            delta[k] = -output_bytes[u]
+            owner[k] = u
+            k += 1
+        if keep_temp:
+            time[k] = finish[u]
+            device[k] = devices[u]
+            delta[k] = -temp_bytes[u]
+            owner[k] = u
+            k += 1
     for x in range(n_xfer):
-        time[k] = copy_free[x]
-        device[k] = xfer_dst[x]
-        delta[k] = -output_bytes[xfer_op[x]]
-        owner[k] = xfer_op[x]
-        k += 1
+        if output_bytes[xfer_op[x]] > 0.0 and copy_free[x] > xfer_start[x]:
+            time[k] = copy_free[x]
+            device[k] = xfer_dst[x]
+            delta[k] = -output_bytes[xfer_op[x]]
+            owner[k] = xfer_op[x]
+            k += 1
     for u in range(n):
-        time[k] = start[u]
-        device[k] = devices[u]
-        delta[k] = output_bytes[u] + temp_bytes[u]
-        owner[k] = u
-        k += 1
+        allocated = 0.0
+        if output_bytes[u] > 0.0 and out_free[u] > start[u]:
+            allocated += output_bytes[u]
+        if temp_bytes[u] > 0.0 and finish[u] > start[u]:
+            allocated += temp_bytes[u]
+        if allocated > 0.0:
+            time[k] = start[u]
+            device[k] = devices[u]
+            delta[k] = allocated
+            owner[k] = u
+            k += 1
     for x in range(n_xfer):
-        time[k] = xfer_start[x]
-        device[k] = xfer_dst[x]
-        delta[k] = output_bytes[xfer_op[x]]
-        owner[k] = xfer_op[x]
-        k += 1
-    # persistent block first at time 0 is kept by giving it time -1 during the sort
-    sort_time = time.copy()
-    sort_time[:n] = -1.0
-    order = np.argsort(sort_time, kind="mergesort")
+        if output_bytes[xfer_op[x]] > 0.0 and copy_free[x] > xfer_start[x]:
+            time[k] = xfer_start[x]
+            device[k] = xfer_dst[x]
+            delta[k] = output_bytes[xfer_op[x]]
+            owner[k] = xfer_op[x]
+            k += 1
+    return time[:k], device[:k], delta[:k], owner[:k], n_persistent
+
+
+def sorted_memory_events(time, device, delta, owner, n_persistent):
+    """Order ``memory_events``' output by time, keeping the persistent block first.
+
+    numpy's stable sort (timsort/radix) is faster here than numba's mergesort."""
+    order = np.argsort(time[n_persistent:], kind="stable")
+    order += n_persistent
+    order = np.concatenate((np.arange(n_persistent), order))
     return time[order], device[order], delta[order], owner[order]
 
 

@@ -44,9 +44,24 @@ class Simulator:
         )
 
     def step_time_us(self, devices: np.ndarray, priority: np.ndarray | None = None) -> float:
-        """Step time only, for search loops. ``devices`` must be a valid int64 array (unchecked)."""
+        """Step time only, for search loops: no memory accounting, no SimResult.
+
+        The check costs about a microsecond: a bad index would make the compiled loop read out of
+        bounds, so it is never skipped."""
+        n = self.graph.n_ops
+        if not (type(devices) is np.ndarray and devices.dtype == np.int64 and devices.shape == (n,)
+                and engine.devices_in_range(devices, self.cluster.n_devices)):
+            devices = self._checked(devices)
+        if priority is not None and not (type(priority) is np.ndarray and priority.dtype == np.float64
+                                         and priority.shape == (n,)):
+            priority = Placement(devices=devices, priority=priority).priority
         finish = self._schedule(devices, priority)[1]
         return float(finish.max()) if len(finish) else 0.0
+
+    def _checked(self, devices) -> np.ndarray:
+        placement = as_placement(devices, self.graph)
+        placement.check(self.graph, self.cluster)
+        return placement.devices
 
     def run(self, placement) -> SimResult:
         g, c = self.graph, self.cluster
@@ -55,10 +70,10 @@ class Simulator:
         devices = placement.devices
         (start, finish, ready, cause, previous, xfer_op, xfer_src, xfer_dst,
          xfer_start, xfer_end, xfer_bytes) = self._schedule(devices, placement.priority)
-        ev_time, ev_device, ev_delta, ev_owner = engine.memory_events(
+        ev_time, ev_device, ev_delta, ev_owner = engine.sorted_memory_events(*engine.memory_events(
             g.succ_ptr, g.succ_edge, g.edge_dst, devices, c.n_devices, start, finish,
             g.persistent_bytes, g.output_bytes, g.temp_bytes, xfer_op, xfer_dst, xfer_start, xfer_end,
-        )
+        ))
         peak, first_overflow = engine.peak_memory(ev_device, ev_delta, ev_owner, c.n_devices, self.capacity)
         return SimResult(
             graph=g, cluster=c, devices=devices,

@@ -1,0 +1,318 @@
+"""The simulator: hand-worked examples of each rule in devplace/sim/engine.py, then invariants
+checked on random DAGs."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from devplace.cluster import Cluster, Device, load_cluster, uniform_cluster
+from devplace.errors import GraphError, PlacementError
+from devplace.graph import GraphBuilder, OpGraph, chain_graph
+from devplace.placement import Placement
+from devplace.sim import Simulator, simulate
+
+
+def graph_of(ops: dict, edges: list) -> OpGraph:
+    """ops: name -> dict(t=..., out=..., tmp=..., per=...); edges: (src, dst, bytes[, fixed_us])."""
+    b = GraphBuilder(["gpu"])
+    for name, o in ops.items():
+        b.add_op(name, compute_us=o.get("t", 0.0), output_bytes=o.get("out", 0),
+                 temp_bytes=o.get("tmp", 0), persistent_bytes=o.get("per", 0))
+    for src, dst, nbytes, *fixed in edges:
+        b.add_edge(src, dst, bytes=nbytes, fixed_us=fixed[0] if fixed else None)
+    return b.build()
+
+
+def place(g: OpGraph, **where) -> np.ndarray:
+    return np.array([where[name] for name in g.names], dtype=np.int64)
+
+
+def starts(result) -> dict:
+    return {name: float(result.start_us[i]) for i, name in enumerate(result.graph.names)}
+
+
+# ------------------------------------------------------------ communication models
+# Every transfer below is 5 us latency + 1000 bytes / 100 bytes per us = 15 us.
+# The two 10 us producers finish at 10; their transfers either overlap (consumers start at 25)
+# or one waits for the other (a consumer starts at 40).
+CONTENTION = {
+    # name: (producers' devices, consumers' devices, {model: step time})
+    "one sender, one receiver each": ((0, 2), (1, 0), {"parallel": 26, "duplex": 26, "sequential": 41}),
+    "one sender, two receivers": ((0, 0), (1, 2), {"parallel": 26, "duplex": 41, "sequential": 41}),
+    # (parallel: both arrive at 25, then the two consumers share device 0: 25-26, 26-27)
+    "two senders, one receiver": ((1, 2), (0, 0), {"parallel": 27, "duplex": 41, "sequential": 41}),
+    "disjoint pairs": ((0, 2), (1, 3), {"parallel": 26, "duplex": 26, "sequential": 26}),
+}
+
+
+@pytest.mark.parametrize("model", ["parallel", "sequential", "duplex"])
+@pytest.mark.parametrize("case", sorted(CONTENTION))
+def test_two_transfers_contend_for_a_channel(model, case):
+    (px, py), (cx, cy), expected = CONTENTION[case]
+    if px == py:  # one producer op whose output goes to two devices
+        g = graph_of({"x": {"t": 10}, "x1": {"t": 1}, "y1": {"t": 1}},
+                     [("x", "x1", 1000), ("x", "y1", 1000)])
+        devices = place(g, x=px, x1=cx, y1=cy)
+    else:
+        g = graph_of({"x": {"t": 10}, "y": {"t": 10}, "x1": {"t": 1}, "y1": {"t": 1}},
+                     [("x", "x1", 1000), ("y", "y1", 1000)])
+        devices = place(g, x=px, y=py, x1=cx, y1=cy)
+    c = uniform_cluster(4, latency_us=5, bandwidth_bytes_per_us=100, comm_model=model)
+    r = simulate(g, c, devices)
+    assert r.step_time_us == expected[model]
+    assert len(r.transfer_op) == 2
+    # transfers queue first come first served: the earlier producer (lower index at a tie) goes first
+    assert sorted(r.transfer_start_us.tolist()) == ([10, 25] if expected[model] == 41 else [10, 10])
+
+
+def test_same_pair_transfers_queue_in_every_model():
+    g = graph_of({"a": {"t": 10}, "b": {"t": 10}, "a1": {"t": 1}, "b1": {"t": 1}},
+                 [("a", "a1", 1000), ("b", "b1", 1000)])
+    for model in ("parallel", "sequential", "duplex"):
+        c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, comm_model=model)
+        r = simulate(g, c, place(g, a=0, b=0, a1=1, b1=1))
+        # a's transfer 10-25; b finishes at 20 but its transfer waits for the channel: 25-40
+        assert starts(r) == {"a": 0, "b": 10, "a1": 25, "b1": 40}, model
+
+
+def test_tensor_is_sent_once_per_destination_and_cached():
+    g = graph_of({"a": {"t": 10, "out": 2000}, "b": {"t": 1}, "c": {"t": 1}, "d": {"t": 1}},
+                 [("a", "b", 1000), ("a", "c", 2000), ("a", "d", 500)])
+    c = uniform_cluster(3, latency_us=5, bandwidth_bytes_per_us=100)
+    r = simulate(g, c, place(g, a=0, b=1, c=1, d=2))
+    assert len(r.transfer_op) == 2  # one to device 1 (for b and c), one to device 2
+    by_dst = {int(d): i for i, d in enumerate(r.transfer_dst)}
+    # to device 1: the largest edge sets the time (5 + 2000/100) and the bytes moved
+    assert r.transfer_end_us[by_dst[1]] - r.transfer_start_us[by_dst[1]] == 25
+    assert r.transfer_bytes[by_dst[1]] == 2000
+    assert r.transfer_end_us[by_dst[2]] == 10 + 5 + 5
+    s = starts(r)
+    assert s["b"] == 35 and s["c"] == 36 and s["d"] == 20
+    assert r.link_bytes.tolist() == [[0, 2000, 500], [0, 0, 0], [0, 0, 0]]
+    assert r.bytes_moved == 2500
+
+
+def test_zero_byte_edges_are_free_and_fixed_us_edges_cost_their_time():
+    g = graph_of({"a": {"t": 10}, "b": {"t": 1}, "c": {"t": 1}},
+                 [("a", "b", 0), ("a", "c", 10**9, 7.0)])
+    c = uniform_cluster(3, latency_us=100, bandwidth_bytes_per_us=1)
+    r = simulate(g, c, place(g, a=0, b=1, c=2))
+    s = starts(r)
+    assert s["b"] == 10  # pure ordering edge: no latency, no transfer
+    assert s["c"] == 17  # the fixed time replaces latency + 1e9 bytes / 1 byte per us
+    assert r.transfer_dst.tolist() == [2] and r.transfer_bytes.tolist() == [10**9]
+    # a fixed time of 0 is also free
+    g0 = graph_of({"a": {"t": 10}, "b": {"t": 1}}, [("a", "b", 500, 0.0)])
+    r0 = simulate(g0, c, [0, 1])
+    assert r0.start_us[1] == 10 and len(r0.transfer_op) == 0
+
+
+def test_op_gap_follows_every_op_and_delays_sends():
+    g = graph_of({"a": {"t": 10}, "b": {"t": 10}}, [("a", "b", 1000)])
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, op_gap_us=2)
+    r = simulate(g, c, [0, 1])
+    # a runs 0-10, gap to 12, transfer 12-27, b runs 27-37, gap to 39
+    assert starts(r) == {"a": 0, "b": 27}
+    assert r.step_time_us == 39
+    assert r.busy_us.tolist() == [12, 12]
+    preset = load_cluster("placeto-k80")
+    chain = chain_graph([1.0, 2.0, 3.0])
+    assert simulate(chain, preset, [0, 0, 0]).step_time_us == pytest.approx(6 + 3 * 5.7)
+
+
+def test_priorities_choose_among_ready_ops():
+    g = graph_of({"a": {"t": 10}, "b": {"t": 20}, "c": {"t": 1}}, [("b", "c", 0)])
+    c = uniform_cluster(1)
+    default = simulate(g, c, [0, 0, 0])
+    assert starts(default) == {"a": 0, "b": 10, "c": 30}  # topological order, lowest index first
+    first_b = simulate(g, c, Placement(devices=[0, 0, 0], priority=[1.0, 0.0, 2.0]))
+    assert starts(first_b) == {"a": 20, "b": 0, "c": 30}
+    # a priority only picks among ready ops: c cannot jump ahead of its input
+    c_first = simulate(g, c, Placement(devices=[0, 0, 0], priority=[5.0, 9.0, 0.0]))
+    assert starts(c_first) == {"a": 0, "b": 10, "c": 30}
+    # ties go to the lower op index
+    tie = simulate(g, c, Placement(devices=[0, 0, 0], priority=[3.0, 3.0, 3.0]))
+    assert starts(tie) == starts(default)
+    sim = Simulator(g, c)
+    assert sim.step_time_us(np.zeros(3, dtype=np.int64), np.array([1.0, 0.0, 2.0])) == 31
+
+
+# ------------------------------------------------------------ memory accounting
+def memory_example():
+    # a (device 0): persistent 100, output 10, temp 5, 10 us; b (device 0) reads a, output 20;
+    # c (device 1) reads a over a 5 + 10/1 = 15 us link.
+    g = graph_of({"a": {"t": 10, "per": 100, "out": 10, "tmp": 5}, "b": {"t": 10, "out": 20},
+                  "c": {"t": 10}}, [("a", "b", 10), ("a", "c", 10)])
+    return g, place(g, a=0, b=0, c=1)
+
+
+def test_memory_timeline_by_hand():
+    g, devices = memory_example()
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1, memory_bytes=1000)
+    r = simulate(g, c, devices)
+    t0, used0 = r.memory_timeline(0)
+    # 0: persistent 100; a starts: +10 output +5 temp; 10: a's temp freed BEFORE b's +20 output;
+    # 20: b's output (no consumer) freed when b ends; 25: a's output freed when its transfer ends
+    assert list(zip(t0.tolist(), used0.tolist())) == [
+        (0, 100), (0, 115), (10, 110), (10, 130), (20, 110), (25, 100)]
+    assert r.peak_memory_bytes[0] == 130  # not 135: frees come before allocations at equal times
+    t1, used1 = r.memory_timeline(1)
+    # the received copy lives from the transfer's start (10) to its last consumer's end (25 + 10)
+    assert list(zip(t1.tolist(), used1.tolist())) == [(10, 10), (35, 0)]
+    assert r.peak_memory_bytes[1] == 10
+    assert r.fits and r.oom_devices == []
+
+
+def test_output_kept_until_last_local_consumer():
+    g = graph_of({"a": {"t": 1, "out": 50}, "b": {"t": 1}, "c": {"t": 100}, "d": {"t": 1}},
+                 [("a", "b", 50), ("a", "d", 50), ("c", "d", 0)])
+    r = simulate(g, uniform_cluster(1), [0, 0, 0, 0])
+    times, used = r.memory_timeline(0)
+    # a's 50 bytes stay allocated until d (its last consumer) finishes at 103
+    assert used[times < 103].min() == 50 and used[-1] == 0 and times[-1] == 103
+
+
+def test_out_of_memory_names_device_and_first_overflow_op():
+    g, devices = memory_example()
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1, memory_bytes=120)
+    r = simulate(g, c, devices)
+    assert r.oom_devices == [0] and not r.fits
+    assert g.names[r.first_overflow_op[0]] == "b"  # 110 + 20 > 120 when b starts
+    report = r.overflow_report()
+    assert len(report) == 1 and "'gpu0'" in report[0] and "'b'" in report[0]
+    assert r.to_dict()["first_overflow_op"] == ["b", None]
+    # persistent bytes count from time 0: the op whose weights tip the device over is named
+    tight = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1, memory_bytes=99)
+    assert g.names[simulate(g, tight, devices).first_overflow_op[0]] == "a"
+
+
+def test_critical_path_and_summary():
+    g, devices = memory_example()
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1)
+    r = simulate(g, c, devices)
+    assert r.step_time_us == 35
+    assert [g.names[i] for i in r.critical_path] == ["a", "c"]
+    # a device that was busy puts its previous op on the path
+    g2 = graph_of({"x": {"t": 10}, "y": {"t": 10}, "z": {"t": 1}}, [("x", "z", 0)])
+    r2 = simulate(g2, uniform_cluster(1), Placement(devices=[0, 0, 0], priority=[0, 1, 2]))
+    assert [g2.names[i] for i in r2.critical_path] == ["x", "y", "z"]
+    d = r.to_dict()
+    assert d["step_time_us"] == 35 and d["transfers"] == 1 and d["link_bytes"] == [[0, 10], [0, 0]]
+
+
+# ------------------------------------------------------------ bad input
+def test_bad_placements_raise_placement_error():
+    g = chain_graph([1.0, 2.0, 3.0])
+    c = uniform_cluster(2)
+    sim = Simulator(g, c)
+    for bad, pattern in (([0, 0], "2 entries but the graph has 3 ops"),
+                         ([0, 2, 0], "op 'op1' is placed on device 2.*devices 0-1"),
+                         ([0, -1, 0], "op 'op1' is placed on device -1"),
+                         ([0.0, 1.0, 0.0], "integer device indices"),
+                         ([[0, 1, 0]], "flat sequence")):
+        with pytest.raises(PlacementError, match=pattern):
+            simulate(g, c, bad)
+        with pytest.raises(PlacementError):
+            sim.step_time_us(np.asarray(bad))
+    with pytest.raises(PlacementError, match="priorities"):
+        sim.step_time_us(np.zeros(3, dtype=np.int64), np.zeros(2))
+    with pytest.raises(PlacementError, match="3 priorities for 2 ops"):
+        Placement(devices=[0, 0], priority=[1, 2, 3])
+
+
+def test_missing_device_kind_raised_when_simulating_on_that_kind():
+    g = chain_graph([1.0, 2.0])  # gpu times only
+    het = load_cluster("cpu+4gpu")
+    with pytest.raises(GraphError, match="no compute times for device kind 'cpu'"):
+        simulate(g, het, [1, 1])
+    assert simulate(g, uniform_cluster(2), [0, 1]).step_time_us == 3.0
+
+
+def test_heterogeneous_devices_use_their_kind_column():
+    b = GraphBuilder(["gpu", "cpu"])
+    b.add_op("a", compute_us={"gpu": 1.0, "cpu": 10.0})
+    b.add_op("b", compute_us={"gpu": 2.0, "cpu": 20.0})
+    g = b.build()
+    c = Cluster("het", [Device("c", "cpu", 1e9), Device("g", "gpu", 1e9)], "parallel",
+                np.zeros((2, 2)), np.full((2, 2), 1.0))
+    r = simulate(g, c, [0, 1])
+    assert r.finish_us.tolist() == [10.0, 2.0] and r.op_time_us.tolist() == [10.0, 2.0]
+
+
+# ------------------------------------------------------------ invariants on random DAGs
+@st.composite
+def random_case(draw):
+    n = draw(st.integers(1, 25))
+    n_dev = draw(st.integers(1, 4))
+    times = draw(st.lists(st.floats(0, 100, allow_nan=False), min_size=n, max_size=n))
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    chosen = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=3 * n)) if pairs else []
+    edge_bytes = draw(st.lists(st.sampled_from([0.0, 1.0, 500.0, 1e5]), min_size=len(chosen), max_size=len(chosen)))
+    fixed = draw(st.lists(st.sampled_from([np.nan, np.nan, 0.0, 3.5]), min_size=len(chosen), max_size=len(chosen)))
+    out = draw(st.lists(st.sampled_from([0.0, 8.0, 1000.0]), min_size=n, max_size=n))
+    devices = draw(st.lists(st.integers(0, n_dev - 1), min_size=n, max_size=n))
+    model = draw(st.sampled_from(["parallel", "sequential", "duplex"]))
+    gap = draw(st.sampled_from([0.0, 0.0, 1.5]))
+    perm = draw(st.permutations(range(n)))  # op order need not be topological
+    g = OpGraph(
+        names=[f"v{i}" for i in range(n)], kinds=[""] * n, device_kinds=["gpu"],
+        compute_us=np.array(times)[perm].reshape(n, 1) if n else np.zeros((0, 1)),
+        persistent_bytes=np.ones(n), output_bytes=np.array(out), temp_bytes=np.full(n, 3.0),
+        colocation=np.full(n, -1), colocation_names=[], role=np.zeros(n), mirror=np.full(n, -1),
+        edge_src=np.array([perm[i] for i, _ in chosen], dtype=np.int64),
+        edge_dst=np.array([perm[j] for _, j in chosen], dtype=np.int64),
+        edge_bytes=np.array(edge_bytes), edge_fixed_us=np.array(fixed, dtype=float),
+    )
+    c = uniform_cluster(n_dev, latency_us=2.0, bandwidth_bytes_per_us=50.0, comm_model=model, op_gap_us=gap)
+    return g, c, np.array(devices, dtype=np.int64)
+
+
+def longest_path_us(g: OpGraph, gap: float) -> float:
+    finish = np.zeros(g.n_ops)
+    for v in g.topo_order:
+        preds = g.predecessors(v)
+        finish[v] = (finish[preds].max() if len(preds) else 0.0) + g.compute_us[v, 0] + gap
+    return float(finish.max())
+
+
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(random_case())
+def test_invariants_on_random_dags(case):
+    g, c, devices = case
+    gap = c.op_gap_us
+    sim = Simulator(g, c)
+    r = sim.run(devices)
+    total = float(g.compute_us.sum()) + g.n_ops * gap
+    eps = 1e-9 * (1 + total)
+    # never below the compute-only longest path, nor below total work over the devices
+    assert r.step_time_us >= longest_path_us(g, gap) - eps
+    assert r.step_time_us >= total / c.n_devices - eps
+    # the step-only path agrees, and the same input gives the same output
+    assert sim.step_time_us(devices) == r.step_time_us
+    again = Simulator(g, c).run(devices)
+    for attr in ("start_us", "finish_us", "transfer_start_us", "transfer_end_us", "peak_memory_bytes"):
+        assert np.array_equal(getattr(r, attr), getattr(again, attr))
+    # a device runs one op at a time; an op starts after its inputs finished (and arrived)
+    for d in range(c.n_devices):
+        on = np.flatnonzero(devices == d)
+        order = on[np.lexsort((r.finish_us[on], r.start_us[on]))]  # zero-time ops first at a tie
+        assert (r.start_us[order][1:] >= r.finish_us[order][:-1] - eps).all()
+    assert (r.start_us[g.edge_dst] >= r.finish_us[g.edge_src] - eps).all()
+    assert np.allclose(r.finish_us - r.start_us, g.compute_us[:, 0] + gap)
+    # at most one transfer per (producer, destination device); memory returns to persistent
+    assert len(set(zip(r.transfer_op.tolist(), r.transfer_dst.tolist()))) == len(r.transfer_op)
+    for d in range(c.n_devices):
+        _, used = r.memory_timeline(d)
+        if not len(used):
+            assert r.peak_memory_bytes[d] == 0
+            continue
+        assert used.min() >= -eps and abs(used[-1] - g.persistent_bytes[devices == d].sum()) <= eps
+        assert r.peak_memory_bytes[d] == pytest.approx(used.max() if len(used) else 0.0)
+    # on one device the step is exactly the sum of op times plus the gaps
+    single = sim.run(np.zeros(g.n_ops, dtype=np.int64))
+    assert single.step_time_us == pytest.approx(total, rel=1e-12, abs=1e-9)
+    assert len(single.transfer_op) == 0
