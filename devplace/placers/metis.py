@@ -6,11 +6,13 @@ bytes), and balances both across the D parts while cutting as little transfer ti
 (edge weight: the mean transfer time of the edges between the two vertices).
 
 METIS partitions an undirected graph, so data can flow part A -> B -> A, a cycle between devices
-that serialises the step. The parts are therefore put in order (by the mean topological rank of
-their ops) and repaired: a vertex is moved to the latest part among its predecessors whenever an
-input comes from a later part, until no edge goes from a later part to an earlier one. Every
-transfer then goes forward in that order, so the quotient graph between parts is a DAG (a chain
-order). Moves only push vertices later, so the repair ends after at most D rounds per vertex.
+that serialises the step. The parts are therefore put in order (by the topological ranks of their
+ops) and repaired: a vertex is moved to the latest part among its predecessors whenever an
+input comes from a later part (or pulled to the earliest part among its successors), until no
+edge goes from a later part to an earlier one; several part orders are tried and the most balanced
+result is kept (``acyclic_repair``). Every transfer then goes forward in that order, so the
+quotient graph between parts is a DAG. Moves go one way only, so the repair ends after at most
+D moves per vertex.
 Part k (in that order) goes to device k.
 
 A training step sends activations forward and gradients back, so on such graphs any split into
@@ -89,39 +91,56 @@ def metis_parts(graph, cluster, units: np.ndarray, *, seed: int = 0, imbalance: 
     return np.asarray(result.vertex_part, dtype=np.int64)
 
 
-def acyclic_repair(graph, units: np.ndarray, part: np.ndarray, n_parts: int) -> tuple[np.ndarray, np.ndarray]:
-    """Order parts by mean topological rank, then push units later until every edge goes forward.
-
-    Returns each unit's position in the part order (0..n_parts-1) before and after the repair."""
-    mean_rank = np.full(n_parts, np.inf)
-    op_part = part[units]
-    counts = np.bincount(op_part, minlength=n_parts)
-    sums = np.bincount(op_part, weights=graph.topo_rank, minlength=n_parts)
-    nonempty = counts > 0
-    mean_rank[nonempty] = sums[nonempty] / counts[nonempty]
-    position_of_part = np.empty(n_parts, dtype=np.int64)
-    position_of_part[np.argsort(mean_rank, kind="stable")] = np.arange(n_parts)
-    initial = position_of_part[part]
-    position = initial.tolist()
-
-    unit = units.tolist()
-    order = graph.topo_order.tolist()
-    pred_ptr = graph.pred_ptr.tolist()
-    pred = graph.edge_src[graph.pred_edge].tolist()
+def _monotone(graph, unit: list, position: list, forward: bool) -> list:
+    """Push units later (forward) or pull them earlier until no edge goes from a later part back."""
+    position = list(position)
+    if forward:
+        order, ptr, other = graph.topo_order.tolist(), graph.pred_ptr.tolist(), graph.edge_src[graph.pred_edge]
+    else:
+        order, ptr, other = graph.topo_order[::-1].tolist(), graph.succ_ptr.tolist(), graph.edge_dst[graph.succ_edge]
+    other = other.tolist()
+    sign = 1 if forward else -1
     changed = True
     while changed:
         changed = False
         for v in order:
             uv = unit[v]
-            need = position[uv]
-            for k in range(pred_ptr[v], pred_ptr[v + 1]):
-                p = position[unit[pred[k]]]
+            need = sign * position[uv]
+            for k in range(ptr[v], ptr[v + 1]):
+                p = sign * position[unit[other[k]]]
                 if p > need:
                     need = p
-            if need > position[uv]:
-                position[uv] = need
+            if need > sign * position[uv]:
+                position[uv] = sign * need
                 changed = True
-    return initial, np.asarray(position, dtype=np.int64)
+    return position
+
+
+def acyclic_repair(graph, units: np.ndarray, part: np.ndarray, n_parts: int,
+                   weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Order the parts and make every edge go forward in that order, moving as little as possible.
+
+    Candidate orders sort the parts by the mean, median, first or last topological rank of their
+    ops; each is repaired by pushing units later or by pulling them earlier. The candidate whose
+    heaviest part (``weight`` per unit) is lightest wins, then the one moving the fewest units.
+    Returns each unit's position in the chosen order before and after the repair."""
+    op_part = part[units]
+    rank = graph.topo_rank.astype(float)
+    unit = units.tolist()
+    best = None
+    for statistic in (np.mean, np.median, np.min, np.max):
+        key = np.array([statistic(rank[op_part == k]) if (op_part == k).any() else np.inf
+                        for k in range(n_parts)])
+        position_of_part = np.empty(n_parts, dtype=np.int64)
+        position_of_part[np.argsort(key, kind="stable")] = np.arange(n_parts)
+        initial = position_of_part[part]
+        for forward in (True, False):
+            position = np.asarray(_monotone(graph, unit, initial.tolist(), forward), dtype=np.int64)
+            heaviest = np.bincount(position, weights=weight, minlength=n_parts).max()
+            score = (heaviest, int(np.count_nonzero(position != initial)))
+            if best is None or score < best[0]:
+                best = (score, initial, position)
+    return best[1], best[2]
 
 
 @register("metis", "METIS min-cut partition balancing compute and memory, repaired to be acyclic")
@@ -130,6 +149,8 @@ def place(graph, cluster, *, seed: int = 0, imbalance: float = 0.05, acyclic: bo
     part = metis_parts(graph, cluster, units, seed=seed, imbalance=imbalance)
     if not acyclic:
         return Placement(devices=part[units], options={"imbalance": imbalance, "acyclic": False})
-    initial, position = acyclic_repair(graph, units, part, cluster.n_devices)
+    columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
+    weight = np.bincount(units, weights=graph.compute_us[:, columns].mean(axis=1))
+    initial, position = acyclic_repair(graph, units, part, cluster.n_devices, weight)
     moved = int(np.count_nonzero(position != initial))
     return Placement(devices=position[units], options={"imbalance": imbalance, "units_moved_by_repair": moved})

@@ -1,0 +1,199 @@
+"""Classic baselines: round-robin, random, expert, METIS min-cut, HEFT."""
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import devplace as dp
+from devplace.cluster import uniform_cluster
+from devplace.errors import OutOfMemoryError, PlacementError
+from devplace.graph import GraphBuilder, Role
+
+BASELINES = ["round-robin", "random", "metis", "heft"]
+
+
+def random_dag(seed: int, n: int = 30, density: float = 0.2, n_groups: int = 4) -> dp.OpGraph:
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    for i in range(n):
+        group = int(rng.integers(-n_groups, n_groups)) if n_groups else -1
+        b.add_op(f"op{i}", compute_us=float(rng.integers(1, 50)), output_bytes=float(rng.integers(0, 4096)),
+                 persistent_bytes=float(rng.integers(0, 4096)), colocation=f"g{group}" if group >= 0 else None)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if rng.random() < density:
+                b.add_edge(f"op{i}", f"op{j}", bytes=float(rng.integers(0, 10_000)))
+    return b.build()
+
+
+def wide_graph(width: int = 8, depth: int = 10, edge_bytes: float = 10.0) -> dp.OpGraph:
+    """A source, ``width`` independent chains of ``depth`` ops, a sink."""
+    b = GraphBuilder(["gpu"])
+    b.add_op("source", compute_us=1.0)
+    b.add_op("sink", compute_us=1.0)
+    for w in range(width):
+        for k in range(depth):
+            b.add_op(f"c{w}.{k}", compute_us=10.0, output_bytes=edge_bytes)
+            b.add_edge("source" if k == 0 else f"c{w}.{k - 1}", f"c{w}.{k}", bytes=edge_bytes)
+        b.add_edge(f"c{w}.{depth - 1}", "sink", bytes=edge_bytes)
+    return b.build()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n_devices=st.integers(1, 4), algo=st.sampled_from(BASELINES))
+def test_every_baseline_keeps_colocation_groups(seed, n_devices, algo):
+    g = random_dag(seed)
+    p = dp.place(g, uniform_cluster(n_devices), algo, seed=seed)   # place() rejects a split group
+    assert p.colocation_violations(g) == []
+    for members in g.colocation_members:
+        assert len(set(p.devices[members].tolist())) <= 1
+
+
+@pytest.mark.parametrize("algo", BASELINES)
+def test_baselines_with_graph_optimizations(algo):
+    g = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
+    cluster = dp.io.dnn_partitioning.cluster_for(g)
+    p = dp.place(g, cluster, algo, coplacement=True, fusion=True, forward_only=True)
+    assert p.options["coarse_ops"] < g.n_ops and p.colocation_violations(g) == []
+
+
+def test_round_robin_deals_ops_in_turn_and_keeps_groups():
+    b = GraphBuilder(["gpu"])
+    for i in range(6):
+        b.add_op(f"op{i}", compute_us=1.0, colocation="pair" if i in (1, 4) else None)
+    p = dp.place(b.build(), uniform_cluster(3), "round-robin")
+    assert p.devices.tolist() == [0, 1, 2, 0, 1, 2]
+
+
+def test_random_is_seeded():
+    g = random_dag(1, n=60, n_groups=0)
+    c = uniform_cluster(4)
+    a, b = (dp.place(g, c, "random", seed=5).devices for _ in range(2))
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, dp.place(g, c, "random", seed=6).devices)
+    assert len(set(a.tolist())) == 4
+
+
+def test_random_may_not_fit_and_place_says_so():
+    g = random_dag(2, n=40)
+    tiny = uniform_cluster(2, memory_bytes=float(g.persistent_bytes.sum()) / 4)
+    with pytest.raises(OutOfMemoryError):
+        dp.place(g, tiny, "random")
+
+
+def test_heft_beats_single_on_a_wide_graph_with_cheap_communication():
+    g = wide_graph()
+    c = uniform_cluster(4, latency_us=1.0, bandwidth_bytes_per_us=1e4)
+    single = dp.simulate(g, c, dp.place(g, c, "single")).step_time_us
+    heft = dp.place(g, c, "heft")
+    assert heft.priority is not None
+    assert dp.simulate(g, c, heft).step_time_us <= 0.3 * single
+    assert len(set(heft.devices.tolist())) == 4
+
+
+def test_heft_keeps_a_chain_together_when_communication_is_dear():
+    g = wide_graph(width=1, depth=20, edge_bytes=1e6)
+    c = uniform_cluster(4, latency_us=1000.0, bandwidth_bytes_per_us=10.0)
+    assert len(set(dp.place(g, c, "heft").devices.tolist())) == 1
+
+
+def test_heft_respects_memory():
+    g = wide_graph(width=4, depth=5)
+    per_chain = 5 * 10.0
+    b = GraphBuilder(["gpu"])   # same graph with heavy parameters: 2 chains per device at most
+    for i, name in enumerate(g.names):
+        b.add_op(name, compute_us=float(g.compute_us[i, 0]), output_bytes=float(g.output_bytes[i]),
+                 persistent_bytes=1000.0 if name.startswith("c") else 0.0)
+    for s, d, nbytes in zip(g.edge_src, g.edge_dst, g.edge_bytes):
+        b.add_edge(g.names[s], g.names[d], bytes=float(nbytes))
+    heavy = b.build()
+    c = uniform_cluster(2, memory_bytes=2 * 5 * 1000.0 + 4 * per_chain + 200.0)
+    p = dp.place(heavy, c, "heft")      # place() checks memory by simulation
+    assert "memory_overcommitted" not in p.options
+    assert np.bincount(p.devices, minlength=2).tolist()[0] >= 10
+
+
+def _part_quotient_is_acyclic(g, devices) -> bool:
+    q = nx.DiGraph()
+    q.add_edges_from((int(devices[s]), int(devices[d])) for s, d in zip(g.edge_src, g.edge_dst)
+                     if devices[s] != devices[d])
+    return nx.is_directed_acyclic_graph(q)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n_devices=st.integers(2, 4))
+def test_metis_parts_form_a_dag(seed, n_devices):
+    g = random_dag(seed, n=40, density=0.1)
+    p = dp.place(g, uniform_cluster(n_devices), "metis", seed=seed)
+    assert _part_quotient_is_acyclic(g, p.devices)
+
+
+def test_metis_balances_independent_chains_and_cuts_little():
+    g = wide_graph(width=4, depth=25, edge_bytes=1e4)
+    c = uniform_cluster(4)
+    p = dp.place(g, c, "metis")
+    load = np.bincount(p.devices, weights=g.compute_us[:, 0], minlength=4)
+    assert load.max() <= 1.15 * load.mean()
+    # source and sink touch every chain, so 6 cut edges are forced; a min cut adds only a few
+    assert np.count_nonzero(p.devices[g.edge_src] != p.devices[g.edge_dst]) <= 12
+    assert _part_quotient_is_acyclic(g, p.devices)
+
+
+def test_metis_is_deterministic_for_a_seed():
+    g = random_dag(3, n=80, density=0.05)
+    c = uniform_cluster(3)
+    assert np.array_equal(dp.place(g, c, "metis", seed=4).devices, dp.place(g, c, "metis", seed=4).devices)
+
+
+def gnmt_named_graph(layers: int = 4) -> dp.OpGraph:
+    """A toy step following the zoo's GNMT names; backward ops carry no module path, only a mirror."""
+    b = GraphBuilder(["gpu"])
+    forward = ["encoder.embedding.lookup"]
+    forward += [f"encoder.layers.{i}.cell.mm" for i in range(layers)]
+    forward += ["decoder.embedding.lookup", "attention.scores", "attention.softmax"]
+    forward += [f"decoder.layers.{i}.cell.mm" for i in range(layers)]
+    forward += ["classifier.mm", "loss"]
+    for name in forward:
+        b.add_op(name, compute_us=10.0)
+    for a, c in zip(forward, forward[1:]):
+        b.add_edge(a, c, bytes=100.0)
+    previous = "loss"
+    for name in reversed(forward[:-1]):
+        grad = f"grad{len(b._names)}"
+        b.add_op(grad, compute_us=10.0, role=Role.BACKWARD, mirror=name)
+        b.add_edge(previous, grad, bytes=100.0)
+        previous = grad
+    return b.build()
+
+
+def test_expert_puts_each_gnmt_layer_on_its_own_device():
+    g = gnmt_named_graph()
+    p = dp.place(g, uniform_cluster(4), "expert")
+    dev = dict(zip(g.names, p.devices.tolist()))
+    for i in range(4):
+        assert dev[f"encoder.layers.{i}.cell.mm"] == i == dev[f"decoder.layers.{i}.cell.mm"]
+    assert dev["attention.scores"] == dev["decoder.layers.0.cell.mm"] == 0
+    assert dev["classifier.mm"] == 3
+    mirrored = np.flatnonzero(g.mirror >= 0)
+    assert np.array_equal(p.devices[mirrored], p.devices[g.mirror[mirrored]])
+
+
+def test_expert_with_fewer_devices_than_layers_stacks_neighbouring_layers():
+    g = gnmt_named_graph(layers=4)
+    dev = dict(zip(g.names, dp.place(g, uniform_cluster(2), "expert").devices.tolist()))
+    assert [dev[f"encoder.layers.{i}.cell.mm"] for i in range(4)] == [0, 0, 1, 1]
+
+
+def test_expert_refuses_graphs_it_has_no_rule_for():
+    g = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
+    with pytest.raises(PlacementError, match="no rule"):
+        dp.place(g, dp.io.dnn_partitioning.cluster_for(g), "expert")
+
+
+def test_expert_puts_a_cnn_on_one_device():
+    b = GraphBuilder(["gpu"])
+    for name in ["features.conv1", "features.conv2", "fc"]:
+        b.add_op(name, compute_us=5.0)
+    b.add_edge("features.conv1", "features.conv2"), b.add_edge("features.conv2", "fc")
+    assert len(set(dp.place(b.build(), uniform_cluster(4), "expert").devices.tolist())) == 1
