@@ -1,0 +1,165 @@
+"""``run``: execute a captured training step under a placement and compare with the simulator.
+
+>>> import devplace as dp
+>>> r = dp.run("zoo:mlp:preset=small", [0] * n_ops, cluster=c)      # doctest: +SKIP
+>>> r.measured_step_time_us, r.simulated_step_time_us                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from devplace.errors import DevplaceError
+from devplace.execute.local import median, parse_devices, run_local
+from devplace.execute.program import ExecutionError, Program
+from devplace.execute.schedule import check_against_graph, make_plan
+
+BACKENDS = ("local", "distributed")
+
+
+@dataclass
+class Prepared:
+    """A captured step ready to run: its graph (op costs), program and initial values."""
+
+    graph: object
+    program: Program
+    state: dict  # placeholder name -> initial tensor
+    model: torch.nn.Module
+    example_inputs: tuple
+    targets: tuple
+    loss_fn: object
+    optimizer: str
+
+
+def prepare(target, *, cost: str = "measured", optimizer: str = "adam", repeats: int = 5) -> Prepared:
+    """Capture ``target`` (a ``zoo:``/``file.py:fn`` string or a zoo model) once, keeping its trace."""
+    from devplace.capture import capture
+    from devplace.capture.targets import load_target
+
+    if isinstance(target, str):
+        model, example_inputs, loss_fn, targets = load_target(target)
+    else:
+        model, example_inputs, loss_fn, targets = target.model, target.example_inputs, target.loss_fn, target.targets
+    graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, targets=targets,
+                            repeats=repeats, progress=False, return_trace=True)
+    program = Program.from_traced(traced)
+    placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    values = traced.real_args(model, example_inputs, targets)
+    state = dict(zip(placeholders, values))
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    return Prepared(graph, program, state, model, tuple(inputs), tuple(targets), loss_fn, traced.optimizer)
+
+
+@dataclass
+class RunResult:
+    backend: str
+    n_devices: int
+    measured_step_time_us: float
+    simulated_step_time_us: float
+    step_times_us: list[float]
+    loss: float
+    n_transfers: int
+    outputs: dict = field(default_factory=dict, repr=False)  # loss, param:NAME, grad:NAME (CPU tensors)
+
+    def to_dict(self) -> dict:
+        return {
+            "backend": self.backend,
+            "n_devices": self.n_devices,
+            "measured_step_time_us": self.measured_step_time_us,
+            "simulated_step_time_us": self.simulated_step_time_us,
+            "relative_error": (self.measured_step_time_us - self.simulated_step_time_us) / self.measured_step_time_us,
+            "step_times_us": self.step_times_us,
+            "loss": self.loss,
+            "transfers_per_step": self.n_transfers,
+        }
+
+
+def run(target, placement, *, cluster=None, backend: str = "local", steps: int = 5, warmup: int = 1,
+        devices: list[str] | None = None, timeout_s: float = 60.0, prepared: Prepared | None = None,
+        fault: dict | None = None) -> RunResult:
+    """Run the training step of ``target`` with every op on its placed device.
+
+    ``placement``: a Placement, a placement file path, or one device index per graph op.
+    ``cluster``: the cluster to simulate on (default: ``n`` devices of this machine's kind with a
+    quick calibration of its links). ``backend``: ``local`` (one process, ``devices`` are torch
+    devices) or ``distributed`` (one process per device). Returns measured (median over ``steps``
+    after ``warmup``) and simulated step times, and the first step's loss, gradients and parameters.
+    """
+    from devplace.placement import Placement, as_placement
+    from devplace.sim import simulate
+
+    if backend not in BACKENDS:
+        raise DevplaceError(f"unknown backend {backend!r}: use local or distributed")
+    if steps < 1 or warmup < 0:
+        raise DevplaceError("steps must be >= 1 and warmup >= 0")
+    prepared = prepared or prepare(target)
+    graph, program = prepared.graph, prepared.program
+    if isinstance(placement, (str,)) or hasattr(placement, "__fspath__"):
+        placement = Placement.load(placement)
+    placement = as_placement(placement, graph)
+    n_devices = int(placement.devices.max()) + 1 if len(placement) else 1
+    if cluster is None:
+        from devplace.execute.calibrate import calibrate
+
+        cluster = calibrate(n_devices=max(n_devices, 2), quick=True)
+    elif isinstance(cluster, str):
+        from devplace.cluster import load_cluster
+
+        cluster = load_cluster(cluster)
+    n_devices = cluster.n_devices
+    check_against_graph(program, graph, placement, cluster)
+    plan = make_plan(program, graph, placement, n_devices)
+    simulated = simulate(graph, cluster, placement).step_time_us
+    state = {k: v.clone() for k, v in prepared.state.items()}
+    if backend == "local":
+        outputs, times = run_local(program, plan, state, parse_devices(devices or [], n_devices),
+                                   steps=steps, warmup=warmup)
+    else:
+        from devplace.execute.distributed import run_distributed
+
+        outputs, times = run_distributed(program, plan, state, n_devices, steps=steps, warmup=warmup,
+                                         timeout_s=timeout_s, devices=devices, fault=fault)
+    if "loss" not in outputs:
+        raise ExecutionError("the run finished without a loss: this is a bug in the executor")
+    return RunResult(backend, n_devices, median(times), float(simulated), times, float(outputs["loss"]),
+                     plan.n_transfers, outputs)
+
+
+def eager_reference(prepared: Prepared) -> dict:
+    """One plain eager training step on one device: ``loss`` and ``param:NAME`` (the check's truth)."""
+    model = copy.deepcopy(prepared.model)
+    model.train()
+    params = [p for _, p in model.named_parameters()]
+    optimizer = {
+        "adam": lambda: torch.optim.Adam(params, foreach=False),
+        "adamw": lambda: torch.optim.AdamW(params, foreach=False),
+        "sgd": lambda: torch.optim.SGD(params, lr=1e-2, foreach=False),
+    }.get(prepared.optimizer)
+    opt = optimizer() if optimizer else None
+    loss = prepared.loss_fn(model(*prepared.example_inputs), *prepared.targets)
+    loss.backward()
+    out = {"loss": loss.detach().clone()}
+    for name, p in model.named_parameters():
+        out[f"grad:{name}"] = p.grad.detach().clone()
+    if opt is not None:
+        opt.step()
+    for name, p in model.named_parameters():
+        out[f"param:{name}"] = p.detach().clone()
+    return out
+
+
+def max_difference(result: dict, reference: dict) -> tuple[str, float]:
+    """The output that differs most from the reference (relative to its scale) and by how much."""
+    worst, worst_err = "", 0.0
+    for key, ref in reference.items():
+        if key not in result:
+            return key, float("inf")
+        got = result[key].to(ref.dtype).reshape(ref.shape)
+        err = float((got - ref).abs().max() / (ref.abs().max() + 1e-6)) if ref.numel() else 0.0
+        if err > worst_err or not np.isfinite(err):
+            worst, worst_err = key, err
+    return worst, worst_err

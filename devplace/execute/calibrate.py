@@ -1,0 +1,214 @@
+"""Measuring this machine's devices and links into a cluster that ``place`` and ``simulate`` accept.
+
+One process per device (as the distributed executor runs them: one thread each, gloo on CPU):
+
+- op speed per device: a matrix multiply gives ``peak_tflops``, a large elementwise add gives
+  ``memory_bandwidth_gbps`` (what capture's roofline model reads);
+- the executor's own cost per op, ``op_gap_us``: a chain of tiny ops run through the same
+  interpreter, minus the ops' bare time;
+- every device pair's link: one-way times of messages of several sizes (half a round trip, median
+  of repeats), fitted by least squares to ``time_us = a * bytes + b`` as Baechi did:
+  ``latency_us = b``, ``bandwidth_bytes_per_us = 1 / a``.
+
+``calibrate(...)`` returns the Cluster; ``cluster_toml`` writes it in the preset format
+(``devplace/clusters/*.toml``) with the raw samples kept under ``[calibration]``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+SIZES_BYTES = (4_096, 65_536, 262_144, 1_048_576, 4_194_304, 16_777_216)
+QUICK_SIZES_BYTES = (4_096, 262_144, 2_097_152)
+
+
+def _median_us(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def _device_speed(repeats: int) -> dict:
+    import torch
+
+    n = 256
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    mm_us = _median_us(lambda: torch.mm(a, b), repeats)
+    x, y = torch.randn(2**21), torch.randn(2**21)
+    torch.add(x, y)
+    add_us = _median_us(lambda: torch.add(x, y), repeats)
+    return {"peak_tflops": 2 * n**3 / mm_us / 1e6, "memory_bandwidth_gbps": 3 * x.numel() * 4 / add_us / 1e3}
+
+
+def _op_gap_us(repeats: int) -> float:
+    """Per-op cost of the executor beyond the op itself (interpreter bookkeeping)."""
+    import torch
+
+    from devplace.execute.interpreter import PlacedInterpreter
+    from devplace.execute.program import Instr, Program, Ref
+
+    n_ops = 200
+    instrs = [Instr("x", "placeholder", "x")]
+    for i in range(n_ops):
+        prev = "x" if i == 0 else f"op{i - 1}"
+        instrs.append(Instr(f"op{i}", "call_function", "aten::add.Tensor", (Ref(prev), Ref("x")), inputs=(prev, "x")))
+    program = Program(instrs, outputs={"loss": f"op{n_ops - 1}"}, final={})
+    cpu = torch.device("cpu")
+    x = torch.ones(16)
+    interp = PlacedInterpreter(program, [cpu] * len(instrs), {"x": x})
+    interp.run()
+    run_us = _median_us(interp.run, repeats)
+    add = torch.ops.aten.add.Tensor
+
+    def bare():
+        v = x
+        for _ in range(n_ops):
+            v = add(v, x)
+
+    bare_us = _median_us(bare, repeats)
+    return max(0.0, (run_us - bare_us) / n_ops)
+
+
+def _measure_body(rank, world, settings, status):
+    """One rank's part: its device figures, then ping-pong with every other rank in turn."""
+    import torch
+    import torch.distributed as dist
+
+    repeats = settings["repeats"]
+    figures = _device_speed(repeats)
+    figures["op_gap_us"] = _op_gap_us(repeats)
+    links = {}
+    for i in range(world):
+        for j in range(i + 1, world):
+            dist.barrier()
+            if rank not in (i, j):
+                continue
+            peer = j if rank == i else i
+            samples = []
+            for size in settings["sizes"]:
+                buf = torch.zeros(size // 4)
+                times = []
+                for rep in range(repeats + 2):  # the first exchanges set up the connection
+                    t0 = time.perf_counter()
+                    if rank == i:
+                        dist.send(buf, peer)
+                        dist.recv(buf, peer)
+                    else:
+                        dist.recv(buf, peer)
+                        dist.send(buf, peer)
+                    if rep >= 2:
+                        times.append((time.perf_counter() - t0) * 1e6 / 2)
+                samples.append((size, statistics.median(times)))
+            if rank == i:
+                links[(i, j)] = samples
+    return figures, links
+
+
+def fit_link(samples: list[tuple[int, float]]) -> dict:
+    """Least-squares ``time_us = a * bytes + b``; returns latency, bandwidth and the fit's R^2."""
+    sizes = np.array([s for s, _ in samples], dtype=np.float64)
+    times = np.array([t for _, t in samples], dtype=np.float64)
+    design = np.stack([sizes, np.ones_like(sizes)], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design, times, rcond=None)
+    a = max(a, 1e-9)
+    predicted = design @ np.array([a, b])
+    total = float(((times - times.mean()) ** 2).sum())
+    r2 = 1.0 - float(((times - predicted) ** 2).sum()) / total if total > 0 else 1.0
+    return {"latency_us": max(float(b), 0.0), "bandwidth_bytes_per_us": 1.0 / float(a), "us_per_byte": float(a),
+            "r2": r2, "sizes_bytes": sizes.tolist(), "times_us": times.tolist()}
+
+
+def calibrate(n_devices: int = 2, *, quick: bool = False, repeats: int | None = None, name: str | None = None,
+              timeout_s: float = 300.0):
+    """Measure ``n_devices`` one-thread CPU processes joined by gloo; return a ``Cluster``."""
+    from devplace.cluster import cluster_from_dict
+    from devplace.execute.distributed import launch
+
+    settings = {"repeats": repeats or (7 if quick else 21), "sizes": QUICK_SIZES_BYTES if quick else SIZES_BYTES}
+    done = launch(_measure_body, [()] * n_devices, settings, timeout_s=timeout_s)
+    spec, calibration = spec_from_measurements(done, n_devices, name)
+    cluster = cluster_from_dict(spec, default_name=spec["name"])
+    cluster.meta["calibration_spec"] = spec
+    cluster.meta["calibration"] = calibration
+    return cluster
+
+
+def spec_from_measurements(done: dict, n_devices: int, name: str | None) -> tuple[dict, dict]:
+    figures = [done[r][0] for r in range(n_devices)]
+    fits = {pair: fit_link(samples) for r in range(n_devices) for pair, samples in done[r][1].items()}
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / n_devices
+    spec = {
+        "name": name or f"calibrated-{platform.node() or 'host'}-{n_devices}cpu",
+        "description": f"{n_devices} one-thread CPU processes with gloo, measured {time.strftime('%Y-%m-%d %H:%M')}",
+        "comm_model": "duplex",
+        "op_gap_us": round(statistics.median(f["op_gap_us"] for f in figures), 3),
+        "devices": [{
+            "name": "cpu", "kind": "cpu", "count": n_devices, "memory_gib": round(memory_gib, 3),
+            "peak_tflops": round(statistics.median(f["peak_tflops"] for f in figures), 5),
+            "memory_bandwidth_gbps": round(statistics.median(f["memory_bandwidth_gbps"] for f in figures), 3),
+        }],
+        "links": {},
+    }
+    calibration = {"devices": figures, "links": [{"devices": list(p), **f} for p, f in sorted(fits.items())]}
+    if fits:
+        spec["links"]["default"] = {
+            "latency_us": round(statistics.median(f["latency_us"] for f in fits.values()), 3),
+            "bandwidth_bytes_per_us": round(statistics.median(f["bandwidth_bytes_per_us"] for f in fits.values()), 3),
+        }
+        if len(fits) > 1:
+            names = [f"cpu{i}" for i in range(n_devices)]
+            spec["links"]["pairs"] = [
+                {"devices": [names[i], names[j]], "latency_us": round(f["latency_us"], 3),
+                 "bandwidth_bytes_per_us": round(f["bandwidth_bytes_per_us"], 3)}
+                for (i, j), f in sorted(fits.items())
+            ]
+    return spec, calibration
+
+
+def cluster_toml(cluster) -> str:
+    """The cluster in the preset TOML format, with the calibration samples if it has them."""
+    spec = cluster.meta.get("calibration_spec")
+    if spec is None:
+        raise ValueError("cluster_toml needs a cluster made by calibrate()")
+    return _to_toml(spec, cluster.meta.get("calibration", {}))
+
+
+def _to_toml(spec: dict, cal: dict) -> str:
+    def value(v):
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return repr(float(v)) if isinstance(v, float) else str(v)
+
+    lines = ["# Measured by `devplace calibrate`: one-thread CPU processes joined by gloo.",
+             "# Links fitted as time_us = bytes / bandwidth_bytes_per_us + latency_us (least squares)."]
+    for key in ("name", "description", "comm_model", "op_gap_us"):
+        lines.append(f"{key} = {value(spec[key])}")
+    for dev in spec["devices"]:
+        lines += ["", "[[devices]]"] + [f"{k} = {value(v)}" for k, v in dev.items()]
+    links = spec.get("links", {})
+    if "default" in links:
+        lines += ["", "[links.default]"] + [f"{k} = {value(v)}" for k, v in links["default"].items()]
+    for pair in links.get("pairs", []):
+        lines += ["", "[[links.pairs]]"] + [f"{k} = {value(v)}" for k, v in pair.items()]
+    lines += ["", "# Samples behind the figures above:"]
+    for r, dev in enumerate(cal.get("devices", [])):
+        lines.append(f"# device {r}: " + ", ".join(f"{k} {v:.4g}" for k, v in dev.items()))
+    for link in cal.get("links", []):
+        lines.append(f"# link {link['devices']}: R^2 {link['r2']:.4f}; bytes -> one-way us: " + ", ".join(
+            f"{int(s)} -> {t:.1f}" for s, t in zip(link["sizes_bytes"], link["times_us"])))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,342 @@
+"""The multi-process backend: one process per device, values exchanged with torch.distributed.
+
+``run_distributed`` launches one process per placement device on this machine
+(``torch.multiprocessing`` spawn, rendezvous on 127.0.0.1 at a free port; gloo on CPU, NCCL on
+GPU), and supervises them: a rank that raises ends the run with its error and op, a rank that
+makes no progress for ``timeout_s`` ends it as hung, and every child is killed before returning.
+Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) ``run_under_torchrun`` is the body each process
+runs instead, across machines.
+
+Each rank runs its instructions in the plan's order (schedule.py): after computing a value it
+posts a non-blocking send to every rank that reads it; before using a remote value it posts, in the
+sender's order, the receives from that rank up to the one it needs, and waits for it.
+
+A CPU device is a process with one thread (``torch.set_num_threads(1)``), so two devices use two
+cores for real. Measured step time: all ranks pass a barrier, then each times its part of the step
+up to its last op and completed sends; a step's time is the slowest rank's.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_module
+import socket
+import time
+from datetime import timedelta
+
+import numpy as np
+import torch
+
+from devplace.execute.interpreter import PlacedInterpreter
+from devplace.execute.program import ExecutionError, Program
+from devplace.execute.schedule import Plan
+
+# per-rank status slots in shared memory
+_OP, _WAITING_ON, _SINCE, _DONE = range(4)
+_SLOTS = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankInterpreter(PlacedInterpreter):
+    """Runs one rank's instructions; remote values arrive by ``irecv``, local ones leave by ``isend``."""
+
+    def __init__(self, program: Program, plan: Plan, rank: int, device: torch.device, state: dict,
+                 status=None, fault: dict | None = None):
+        super().__init__(program, [device] * len(program), state)
+        self.plan, self.rank, self.device = plan, rank, device
+        self.status, self.fault = status, fault or {}
+        self.written = program.written
+        self.pending_sends: list = []
+        self.base = rank * _SLOTS
+
+    def run(self, order=None):
+        self.posted: dict[str, tuple] = {}  # name -> (work, buffer)
+        self.next_recv = {src: 0 for src in self.plan.recvs[self.rank]}
+        return super().run(self.plan.rank_order[self.rank] if order is None else order)
+
+    def _mark(self, op: int, waiting_on: int) -> None:
+        if self.status is not None:
+            self.status[self.base + _OP] = op
+            self.status[self.base + _WAITING_ON] = waiting_on
+            self.status[self.base + _SINCE] = time.monotonic()
+
+    def run_node(self, ins):
+        self._mark(self.program.index[ins.name], -1)
+        super().run_node(ins)
+
+    def fetch(self, name, device):
+        if name not in self.env:
+            self.env[name] = {device: self.receive(name)}
+            self._mark(self.program.index[self.current.name], -1)
+        return super().fetch(name, device)
+
+    def receive(self, name: str):
+        import torch.distributed as dist
+
+        src = int(self.plan.home[self.program.index[name]])
+        events = self.plan.recvs[self.rank].get(src, [])
+        while name not in self.posted:
+            k = self.next_recv[src]
+            if k >= len(events):
+                raise ExecutionError(f"rank {self.rank} needs {name!r} from rank {src}, but the plan has no such transfer")
+            event_name, tag = events[k]
+            ins = self.program.instrs[self.program.index[event_name]]
+            if ins.shape is None:
+                raise ExecutionError(f"value {event_name!r} is not a single tensor and cannot be sent between ranks")
+            buffer = torch.empty(ins.shape, dtype=ins.dtype, device=self.device)
+            self.posted[event_name] = (dist.irecv(buffer, src=src, tag=tag), buffer)
+            self.next_recv[src] = k + 1
+        work, buffer = self.posted.pop(name)
+        self._mark(self.program.index[self.current.name], src)
+        work.wait()
+        return buffer
+
+    def store(self, ins, value, device):
+        super().store(ins, value, device)
+        sends = self.plan.sends.get(self.program.index[ins.name])
+        if sends:
+            import torch.distributed as dist
+
+            if not isinstance(value, torch.Tensor):
+                raise ExecutionError(f"value {ins.name!r} is not a single tensor and cannot be sent between ranks")
+            payload = value.detach()
+            payload = payload.clone() if ins.name in self.written else payload.contiguous()
+            for dst, tag in sends:
+                self.pending_sends.append((dist.isend(payload, dst=dst, tag=tag), payload))
+
+    def finish_sends(self) -> None:
+        for work, _payload in self.pending_sends:
+            work.wait()
+        self.pending_sends = []
+
+    def call_function(self, ins, args, kwargs, device):
+        if self.fault.get("rank") == self.rank and self.fault.get("op") in (None, ins.name):
+            if self.fault.get("action") == "hang":
+                time.sleep(self.fault.get("seconds", 3600))
+            else:
+                raise RuntimeError("fault injected for a test")
+        return super().call_function(ins, args, kwargs, device)
+
+
+def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict, settings: dict, status):
+    """Run warm-up + measured steps on this rank; (first-step outputs held here, step times in us)."""
+    import torch.distributed as dist
+
+    device = torch.device(settings["devices"][rank]) if settings.get("devices") else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    state = {k: v.to(device) for k, v in state.items()}
+    interp = RankInterpreter(program, plan, rank, device, state, status, settings.get("fault"))
+    first, times = {}, []
+    for step in range(settings["warmup"] + settings["steps"]):
+        dist.barrier()
+        started = time.perf_counter()
+        out = interp.run()
+        interp.finish_sends()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = (time.perf_counter() - started) * 1e6
+        if step == 0:
+            first = {k: v.detach().cpu().numpy().copy() for k, v in out.items()}
+        if step >= settings["warmup"]:
+            times.append(elapsed)
+    if status is not None:
+        status[rank * _SLOTS + _DONE] = 1
+    return first, times
+
+
+def _local_state(program: Program, plan: Plan, state: dict, rank: int) -> dict:
+    """Only the placeholders this rank holds (constants and unplaced ones go everywhere)."""
+    return {name: v for name, v in state.items() if int(plan.home[program.index[name]]) in (rank, -1)}
+
+
+def _run_body(rank, world, settings, status, program, plan, state):
+    return _rank_body(rank, world, program, plan, state, settings, status)
+
+
+def _worker(rank, world, init_method, body, body_args, settings, results, status):
+    torch.set_num_threads(1)
+    program = body_args[0] if body_args and isinstance(body_args[0], Program) else None
+    import torch.distributed as dist
+
+    try:
+        backend = "nccl" if settings.get("devices") and str(settings["devices"][rank]).startswith("cuda") else "gloo"
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=settings["timeout_s"] + 60))
+        results.put(("ready", rank))
+        results.put(("done", rank, *body(rank, world, settings, status, *body_args)))
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - reported to the supervisor, which names the rank
+        op = None
+        if program is not None and status[rank * _SLOTS + _OP] >= 0:
+            op = program.instrs[int(status[rank * _SLOTS + _OP])].name
+        waiting = int(status[rank * _SLOTS + _WAITING_ON]) if status is not None else -1
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        results.put(("error", rank, op, f"{type(exc).__name__}: {message}", waiting))
+
+
+def run_distributed(program: Program, plan: Plan, state: dict, n_devices: int, *, steps: int = 5,
+                    warmup: int = 1, timeout_s: float = 60.0, startup_timeout_s: float = 120.0,
+                    devices: list[str] | None = None, fault: dict | None = None) -> tuple[dict, list[float]]:
+    """Spawn one process per device, run the steps, return (first-step outputs, step times in us)."""
+    settings = {"steps": steps, "warmup": warmup, "timeout_s": timeout_s, "devices": devices, "fault": fault}
+    per_rank = [(program, plan, _local_state(program, plan, state, rank)) for rank in range(n_devices)]
+    done = launch(_run_body, per_rank, settings, timeout_s=timeout_s, startup_timeout_s=startup_timeout_s,
+                  program=program)
+    first: dict = {}
+    for rank in range(n_devices):
+        first.update({k: torch.from_numpy(v) for k, v in done[rank][0].items()})
+    step_times = np.max(np.asarray([done[r][1] for r in range(n_devices)], dtype=np.float64), axis=0).tolist()
+    return first, step_times
+
+
+def launch(body, per_rank_args: list[tuple], settings: dict, *, timeout_s: float, startup_timeout_s: float = 120.0,
+           program: Program | None = None) -> dict[int, tuple]:
+    """Run ``body(rank, world, settings, status, *per_rank_args[rank])`` in one spawned process per
+    rank inside a process group; return each rank's result; kill every child on the way out."""
+    import torch.multiprocessing as mp
+
+    n_devices = len(per_rank_args)
+    settings = {**settings, "timeout_s": timeout_s}
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    status = ctx.Array("d", [-1.0] * (_SLOTS * n_devices), lock=False)
+    for r in range(n_devices):
+        status[r * _SLOTS + _DONE] = 0
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    procs = []
+    try:
+        for rank in range(n_devices):
+            p = ctx.Process(
+                target=_worker, name=f"devplace-rank{rank}", daemon=True,
+                args=(rank, n_devices, init_method, body, per_rank_args[rank], settings, results, status),
+            )
+            p.start()
+            procs.append(p)
+        return _supervise(procs, results, status, program, n_devices, timeout_s, startup_timeout_s)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(timeout=10)
+        results.close()
+        results.join_thread()
+
+
+def _supervise(procs, results, status, program, world, timeout_s, startup_timeout_s):
+    ready: set[int] = set()
+    done: dict[int, tuple] = {}
+    started = time.monotonic()
+    while len(done) < world:
+        try:
+            message = results.get(timeout=0.2)
+        except queue_module.Empty:
+            message = None
+        now = time.monotonic()
+        if message is not None:
+            kind, rank = message[0], message[1]
+            if kind == "ready":
+                ready.add(rank)
+                if len(ready) == world:
+                    for r in range(world):
+                        status[r * _SLOTS + _SINCE] = now
+            elif kind == "done":
+                done[rank] = tuple(message[2:])
+            else:
+                _raise_rank_error(message, results, program)
+            continue
+        for rank, p in enumerate(procs):
+            if rank not in done and p.exitcode is not None:
+                _drain_errors(results, program)
+                raise ExecutionError(
+                    f"rank {rank} died (exit code {p.exitcode}){_at_op(status, rank, program)}: "
+                    f"see its output above; no other rank was left running"
+                )
+        if len(ready) < world:
+            if now - started > startup_timeout_s:
+                missing = sorted(set(range(world)) - ready)
+                raise ExecutionError(f"rank {missing[0]} did not join the process group within {startup_timeout_s:g} s")
+            continue
+        stalled = [r for r in range(world) if r not in done and status[r * _SLOTS + _WAITING_ON] < 0
+                   and now - status[r * _SLOTS + _SINCE] > timeout_s]
+        waiting = [r for r in range(world) if r not in done and status[r * _SLOTS + _WAITING_ON] >= 0
+                   and now - status[r * _SLOTS + _SINCE] > timeout_s]
+        if stalled or (waiting and len(waiting) == world - len(done)):
+            rank = stalled[0] if stalled else waiting[0]
+            raise ExecutionError(
+                f"rank {rank} hung{_at_op(status, rank, program)}: no progress for {timeout_s:g} s; "
+                f"all ranks were stopped (raise --timeout if the op is just slow)"
+            )
+    return done
+
+
+def _at_op(status, rank: int, program: Program) -> str:
+    op = int(status[rank * _SLOTS + _OP])
+    return f" at op {program.instrs[op].name!r}" if op >= 0 and program is not None else ""
+
+
+def _raise_rank_error(message, results, program) -> None:
+    """Report the rank that failed first; a rank that failed while waiting on a peer is a symptom."""
+    _, rank, op, text, waiting = message
+    if waiting >= 0:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            try:
+                other = results.get(timeout=0.1)
+            except queue_module.Empty:
+                continue
+            if other[0] == "error" and other[4] < 0:
+                _, rank, op, text, waiting = other
+                break
+    where = f" at op {op!r}" if op else ""
+    raise ExecutionError(f"rank {rank} failed{where}: {text}")
+
+
+def _drain_errors(results, program) -> None:
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        try:
+            message = results.get(timeout=0.1)
+        except queue_module.Empty:
+            continue
+        if message[0] == "error":
+            _raise_rank_error(message, results, program)
+
+
+def under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def run_under_torchrun(program: Program, plan: Plan, state: dict, *, steps: int = 5, warmup: int = 1,
+                       timeout_s: float = 600.0, devices: list[str] | None = None) -> tuple[dict, list[float]] | None:
+    """Body of one torchrun process; rank 0 returns (first-step outputs, step times), others None."""
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if devices is None and torch.cuda.is_available():
+        devices = [f"cuda:{local_rank}"] * world  # this rank's entry is the one used
+    if devices is None:
+        torch.set_num_threads(1)
+    backend = "nccl" if devices and devices[rank].startswith("cuda") else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    settings = {"steps": steps, "warmup": warmup, "devices": devices}
+    try:
+        first, times = _rank_body(rank, world, program, plan, _local_state(program, plan, state, rank), settings, None)
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object((first, times), gathered, dst=0)
+    finally:
+        dist.destroy_process_group()
+    if rank != 0:
+        return None
+    outputs = {}
+    for part, _ in gathered:
+        outputs.update({k: torch.from_numpy(v) for k, v in part.items()})
+    return outputs, np.max(np.asarray([t for _, t in gathered]), axis=0).tolist()
