@@ -27,42 +27,49 @@ from pathlib import Path
 import torch
 
 import devplace as dp
+from devplace.capture.costs import CLOCKS
 from devplace.capture.targets import load_target
 from devplace.cluster import uniform_cluster
 
 DEFAULT_TARGETS = [
-    "zoo:mlp:batch=256,in_features=512,hidden_units=1024,layers=3",
-    "zoo:small_cnn:batch=32,image_size=32,channels=32",
+    "zoo:mlp:batch=64,in_features=256,hidden_units=512,layers=3",
+    "zoo:small_cnn:batch=16,image_size=32,channels=16",
 ]
 
 
-def eager_step_us(model, example_inputs, loss_fn, targets, *, steps: int, warmup: int) -> float:
+def eager_step_us(model, example_inputs, loss_fn, targets, *, steps: int, warmup: int, clock=time.perf_counter_ns) -> float:
     opt = torch.optim.Adam(model.parameters(), foreach=False)
     samples = []
     for k in range(warmup + steps):
-        start = time.perf_counter_ns()
+        start = clock()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(*example_inputs), *targets)
         loss.backward()
         opt.step()
-        elapsed = (time.perf_counter_ns() - start) / 1e3
+        elapsed = (clock() - start) / 1e3
         if k >= warmup:
             samples.append(elapsed)
     return statistics.median(samples)
 
 
-def measure(target: str, *, steps: int, repeats: int) -> dict:
+def measure(target: str, *, steps: int, repeats: int, rounds: int, clock: str) -> dict:
+    """Alternate capture and eager runs ``rounds`` times (the machine may be shared) and take medians."""
     model, inputs, loss_fn, targets = load_target(target)
     inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
-    started = time.perf_counter()
-    graph = dp.capture(model, tuple(inputs), loss_fn, cost="measured", targets=targets, repeats=repeats,
-                       progress=False)
-    capture_s = time.perf_counter() - started
     cluster = uniform_cluster(1, kind="cpu", memory_bytes=1e15)
-    simulated = dp.simulate(graph, cluster, [0] * graph.n_ops).step_time_us
-    eager = eager_step_us(model, inputs, loss_fn, targets, steps=steps, warmup=3)
+    sims, eagers, captures = [], [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        graph = dp.capture(model, tuple(inputs), loss_fn, cost="measured", targets=targets, repeats=repeats,
+                           progress=False, clock=clock)
+        captures.append(time.perf_counter() - started)
+        sims.append(dp.simulate(graph, cluster, [0] * graph.n_ops).step_time_us)
+        eagers.append(eager_step_us(model, inputs, loss_fn, targets, steps=steps, warmup=3,
+                                    clock=CLOCKS[clock]))
+    simulated, eager, capture_s = (statistics.median(v) for v in (sims, eagers, captures))
     return {
         "target": target,
+        "clock": clock,
         "ops": graph.n_ops,
         "roles": graph.role_counts(),
         "trace_s": graph.meta["capture_seconds"]["trace"],
@@ -78,12 +85,17 @@ def main(argv=None) -> int:
     parser.add_argument("targets", nargs="*", default=DEFAULT_TARGETS)
     parser.add_argument("--steps", type=int, default=20, help="eager steps timed (median)")
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats per op (median)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating capture/eager rounds (median)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: steadier on a shared machine)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                        help="cpu: thread CPU time for ops and eager steps alike (robust to other load); wall: wall time")
     parser.add_argument("--out", default="benchmarks/results/capture_fidelity.json")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
     rows = []
     for target in args.targets:
-        row = measure(target, steps=args.steps, repeats=args.repeats)
+        row = measure(target, steps=args.steps, repeats=args.repeats, rounds=args.rounds, clock=args.clock)
         rows.append(row)
         print(f"{row['target']}: {row['ops']} ops, eager {row['eager_step_us']:.0f} us, "
               f"simulated {row['simulated_step_us']:.0f} us, ratio {row['ratio']:.3f}, "

@@ -27,7 +27,8 @@ COST_MODELS = ("measured", "roofline")
 
 
 def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "adam", cost: str = "measured",
-            cluster=None, *, targets=(), repeats: int = 5, progress: bool = True, return_trace: bool = False):
+            cluster=None, *, targets=(), repeats: int = 5, progress: bool = True, clock: str = "wall",
+            return_trace: bool = False):
     """The OpGraph of one training step of ``model`` (forward, backward, optimizer update).
 
     ``loss_fn(model_output, *targets)`` must return a scalar tensor. ``model`` may also be a zoo
@@ -50,11 +51,11 @@ def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "a
         compute = roofline_us(stats.flops, stats.bytes_read + stats.bytes_written, stats.has_kernel, cluster)
     else:
         times = measured_us(traced.gm, traced.real_args(model, example_inputs, targets), stats.names,
-                            repeats=repeats, progress=progress)
+                            repeats=repeats, progress=progress, clock=clock)
         compute = {local_device_kind(): times}
     meta = {
         "source": f"capture:{type(model).__name__}",
-        "cost_model": cost,
+        "cost_model": cost if cost == "roofline" else f"measured ({clock} clock)",
         "optimizer": traced.optimizer,
         "op_flops": stats.flops.tolist(),
         "op_bytes_read": stats.bytes_read.tolist(),

@@ -22,6 +22,7 @@ from devplace.errors import CaptureError
 EFFICIENCY = 0.6
 LAUNCH_US = {"gpu": 5.0, "cpu": 1.0}
 DEFAULT_LAUNCH_US = 5.0
+FLUSH_BYTES = 4 * 2**20  # larger than a core's L2 cache
 
 
 def roofline_us(
@@ -48,10 +49,19 @@ def local_device_kind() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
+CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
+
+
 def measured_us(gm: torch.fx.GraphModule, real_args: list, op_names: list[str], *,
-                repeats: int = 5, warmup: int = 1, progress: bool = True) -> np.ndarray:
-    """Median time (us) of each op in ``op_names`` on the local device; placeholders take 0."""
-    timer = _TimingInterpreter(gm, repeats=repeats, warmup=warmup, progress=progress)
+                repeats: int = 5, warmup: int = 1, progress: bool = True, clock: str = "wall") -> np.ndarray:
+    """Median time (us) of each op in ``op_names`` on the local device; placeholders take 0.
+
+    ``clock="cpu"`` counts this thread's CPU time instead of wall time: on a shared machine with
+    one intra-op thread it leaves out the time other processes held the core.
+    """
+    if clock not in CLOCKS:
+        raise CaptureError(f"unknown clock {clock!r}: use one of {', '.join(CLOCKS)}")
+    timer = _TimingInterpreter(gm, repeats=repeats, warmup=warmup, progress=progress, clock=CLOCKS[clock])
     with torch.no_grad():
         timer.run(*real_args)
     return np.array([timer.times_us.get(name, 0.0) for name in op_names])
@@ -60,8 +70,12 @@ def measured_us(gm: torch.fx.GraphModule, real_args: list, op_names: list[str], 
 class _TimingInterpreter(torch.fx.Interpreter):
     """Runs the graph once; before each ATen op's real call, times it ``repeats`` times."""
 
-    def __init__(self, gm, *, repeats: int, warmup: int, progress: bool):
+    def __init__(self, gm, *, repeats: int, warmup: int, progress: bool, clock):
         super().__init__(gm, garbage_collect_values=True)
+        self.clock = clock
+        # In a real step an op's operands were last touched several ops ago, not by the op itself;
+        # rewriting this scratch buffer before each timed call evicts them from the per-core caches.
+        self.scratch = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32)
         self.repeats, self.warmup = repeats, warmup
         self.times_us: dict[str, float] = {}
         self.bar = _progress(len(gm.graph.nodes)) if progress else None
@@ -80,9 +94,10 @@ class _TimingInterpreter(torch.fx.Interpreter):
             samples = []
             for k in range(self.warmup + self.repeats):
                 call_args = tuple(a.clone() if i in written else a for i, a in enumerate(args))
-                start = time.perf_counter_ns()
+                self.scratch.add_(1.0)
+                start = self.clock()
                 target(*call_args, **kwargs)
-                elapsed = time.perf_counter_ns() - start
+                elapsed = self.clock() - start
                 if k >= self.warmup:
                     samples.append(elapsed / 1e3)
             self.times_us[node.name] = statistics.median(samples)

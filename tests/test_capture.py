@@ -1,0 +1,223 @@
+"""Capturing PyTorch training steps: op counts, bytes, groups, mirrors and costs worked out by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import devplace as dp  # noqa: E402
+from devplace.capture import capture, profile_target  # noqa: E402
+from devplace.cluster import cluster_from_dict  # noqa: E402
+from devplace.errors import CaptureError, DevplaceError  # noqa: E402
+from devplace.graph import Role  # noqa: E402
+
+pytestmark = pytest.mark.torch
+F32 = 4
+
+
+def gpu_cluster(peak_tflops: float, bandwidth_gbps: float = 1e9):
+    return cluster_from_dict({
+        "name": f"test{peak_tflops}",
+        "devices": [{"kind": "gpu", "count": 2, "memory_gib": 16, "peak_tflops": peak_tflops,
+                     "memory_bandwidth_gbps": bandwidth_gbps}],
+        "links": {"default": {"latency_us": 1, "bandwidth_bytes_per_us": 1e4}},
+    })
+
+
+def mse(out):
+    return out.square().mean()
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), torch.randn(3, 4)
+
+
+@pytest.fixture(scope="module")
+def mlp_graph():
+    model, x = mlp()
+    return capture(model, x, mse, cost="roofline", cluster=gpu_cluster(100.0), return_trace=True)
+
+
+def ops_of(g, kind, role=None):
+    return [i for i in range(g.n_ops) if g.kinds[i] == kind and (role is None or g.role[i] == role)]
+
+
+def test_mlp_persistent_bytes_are_parameters_and_adam_state(mlp_graph):
+    g, _ = mlp_graph
+    param_bytes = (8 * 4 + 8 + 2 * 8 + 2) * F32  # 232
+    adam_bytes = 2 * param_bytes + 4 * F32  # exp_avg, exp_avg_sq, and a float32 step per parameter
+    assert g.persistent_bytes[ops_of(g, "param")].sum() == param_bytes
+    assert g.persistent_bytes[ops_of(g, "state")].sum() == adam_bytes
+    assert g.persistent_bytes.sum() == param_bytes + adam_bytes
+
+
+def test_mlp_forward_ops_and_activation_bytes(mlp_graph):
+    g, _ = mlp_graph
+    forward = Counter(g.kinds[i] for i in range(g.n_ops) if g.role[i] == Role.FORWARD)
+    # t+addmm per Linear, relu (and the detach of its output saved for backward), pow+mean for the loss
+    assert forward == Counter(t=2, addmm=2, relu=1, detach=1, pow=1, mean=1)
+    addmm = ops_of(g, "addmm", Role.FORWARD)
+    assert sorted(g.output_bytes[addmm]) == [3 * 2 * F32, 3 * 8 * F32]
+    assert g.output_bytes[ops_of(g, "relu")[0]] == 3 * 8 * F32
+    assert g.output_bytes[ops_of(g, "input")[0]] == 3 * 4 * F32
+    flops = np.asarray(g.meta["op_flops"])
+    assert sorted(flops[addmm]) == [2 * 3 * 8 * 2, 2 * 3 * 4 * 8]
+    assert "relu" in g.meta["flop_fallback_ops"] and "addmm" not in g.meta["flop_fallback_ops"]
+
+
+def test_mlp_update_ops_and_colocation_groups(mlp_graph):
+    g, _ = mlp_graph
+    params = ops_of(g, "param")
+    assert len(params) == 4 and len(g.colocation_names) == 4
+    update = [i for i in range(g.n_ops) if g.role[i] == Role.UPDATE]
+    # one addcdiv_ writes each parameter: as many parameter updates as parameters
+    assert len(ops_of(g, "addcdiv_", Role.UPDATE)) == len(params)
+    # single-tensor Adam: 9 ATen ops per parameter, every one in its parameter's group
+    per_group = Counter(int(g.colocation[i]) for i in update)
+    assert sorted(per_group.values()) == [9, 9, 9, 9]
+    for p in params:
+        members = set(g.colocation_members[g.colocation[p]].tolist())
+        states = [s for s in ops_of(g, "state") if g.colocation[s] == g.colocation[p]]
+        assert len(states) == 3  # step, exp_avg, exp_avg_sq
+        assert any(g.kinds[i] == "addcdiv_" for i in members)
+        assert members >= set(states) | {p}
+
+
+def test_views_and_inplace_ops_allocate_nothing(mlp_graph):
+    g, _ = mlp_graph
+    for kind in ("t", "view", "expand", "detach", "add_", "lerp_", "mul_", "addcmul_", "addcdiv_"):
+        found = ops_of(g, kind)
+        assert found, kind
+        assert (g.output_bytes[found] == 0).all(), kind
+    # a transposed weight read later in backward keeps its storage owner (the parameter) as a predecessor
+    t_backward = [i for i in ops_of(g, "mm", Role.BACKWARD)]
+    assert t_backward
+
+
+def test_backward_ops_mirror_the_forward_op_they_differentiate(mlp_graph):
+    g, traced = mlp_graph
+    relu = ops_of(g, "relu")[0]
+    assert [g.mirror[i] for i in ops_of(g, "threshold_backward")] == [relu]
+    first, second = sorted(ops_of(g, "addmm", Role.FORWARD), key=lambda i: g.output_bytes[i], reverse=True)
+    mirrored = Counter(int(g.mirror[i]) for i in ops_of(g, "mm", Role.BACKWARD))
+    # second Linear: grad of its weight and of its input; first Linear: only its weight (x needs no grad)
+    assert mirrored == {second: 2, first: 1}
+    assert (g.mirror[g.role != Role.BACKWARD] == -1).all()
+    # op names are fx node names, so an executor can run the graph op by op
+    fx_names = {n.name for n in traced.gm.graph.nodes}
+    assert set(g.names) <= fx_names
+
+
+def test_roofline_times_scale_with_peak_flops():
+    model, x = mlp()
+    slow = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(1e-3))
+    fast = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(2e-3))
+    launch = dp.capture.costs.LAUNCH_US["gpu"]
+    flops = np.asarray(slow.meta["op_flops"])
+    busy = flops > 0
+    assert busy.sum() > 10
+    ratio = (slow.compute_us[busy, 0] - launch) / (fast.compute_us[busy, 0] - launch)
+    np.testing.assert_allclose(ratio, 2.0, rtol=1e-9)
+    np.testing.assert_allclose(slow.compute_us[busy, 0] - launch, flops[busy] / 1e9 / 0.6 * 1e6, rtol=1e-9)
+    assert slow.device_kinds == ["gpu"]
+
+
+def test_roofline_gives_one_column_per_device_kind():
+    model, x = mlp()
+    g = capture(model, x, mse, cost="roofline", cluster=dp.load_cluster("cpu+4gpu"))
+    assert g.device_kinds == ["cpu", "gpu"]
+    kernel = g.compute_us[:, 1] > 0
+    launch = dp.capture.costs.LAUNCH_US
+    # the CPU preset has a tenth of the GPU's FLOP/s and bandwidth: 10x the time above the launch cost
+    np.testing.assert_allclose(g.compute_us[kernel, 0] - launch["cpu"], 10 * (g.compute_us[kernel, 1] - launch["gpu"]), rtol=0.5)
+    assert kernel.sum() > 20
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64, 5))
+    return model, torch.randn(2, 3, 8, 8), torch.tensor([1, 4])
+
+
+def test_small_cnn_graph_measured_on_cpu():
+    model, x, labels = small_cnn()
+    loss = lambda out, y: nn.functional.cross_entropy(out, y)  # noqa: E731
+    g = capture(model, (x,), loss, targets=(labels,), cost="measured", repeats=2, progress=False)
+    assert g.device_kinds == ["cpu"]
+    param_bytes = (4 * 3 * 3 * 3 + 4 + 5 * 64 + 5) * F32
+    assert g.persistent_bytes.sum() == param_bytes + 2 * param_bytes + 4 * F32
+    conv = ops_of(g, "convolution", Role.FORWARD)
+    assert len(conv) == 1 and g.output_bytes[conv[0]] == 2 * 4 * 8 * 8 * F32
+    assert [g.mirror[i] for i in ops_of(g, "convolution_backward")] == conv
+    pool = ops_of(g, "max_pool2d_with_indices")[0]
+    assert g.output_bytes[pool] == 2 * 4 * 4 * 4 * (F32 + 8)  # values and int64 indices
+    assert g.output_bytes[ops_of(g, "view", Role.FORWARD)].sum() == 0  # Flatten
+    assert g.output_bytes[ops_of(g, "target")[0]] == 2 * 8
+    assert len(ops_of(g, "addcdiv_", Role.UPDATE)) == 4
+    kernels = [i for i in range(g.n_ops) if g.kinds[i] in ("convolution", "addmm", "convolution_backward")]
+    assert (g.compute_us[kernels, 0] > 0).all()
+    single = dp.simulate(g, dp.cluster.uniform_cluster(1, kind="cpu", memory_bytes=1e12), [0] * g.n_ops)
+    assert single.step_time_us == pytest.approx(g.compute_us[:, 0].sum())
+    assert single.peak_memory_bytes[0] >= g.persistent_bytes.sum()
+
+
+def test_sgd_has_no_state_and_one_update_per_parameter():
+    model, x = mlp()
+    g = capture(model, x, mse, optimizer="sgd", cost="roofline", cluster=gpu_cluster(1.0))
+    assert not ops_of(g, "state")
+    writes = [i for i in range(g.n_ops) if g.role[i] == Role.UPDATE and g.kinds[i] == "add_"]
+    assert len(writes) == 4
+
+
+class Gate(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow cannot be traced with fake tensors
+            return x
+        return -x
+
+
+def test_errors_are_one_clear_sentence():
+    model, x = mlp()
+    with pytest.raises(CaptureError, match=r"scalar \(0-d\) tensor.*shape \(3, 2\)"):
+        capture(model, x, lambda out: out, cost="roofline", cluster=gpu_cluster(1.0))
+    with pytest.raises(CaptureError, match="has no parameters"):
+        capture(nn.ReLU(), x, mse, cost="roofline", cluster=gpu_cluster(1.0))
+    with pytest.raises(CaptureError, match=r"example_inputs\[1\] is a str"):
+        capture(model, (x, "text"), mse, cost="roofline", cluster=gpu_cluster(1.0))
+    with pytest.raises(CaptureError, match="must be a torch.nn.Module"):
+        capture(lambda x: x, x, mse, cost="roofline", cluster=gpu_cluster(1.0))
+    gated = nn.Sequential(nn.Linear(4, 4), Gate())
+    with pytest.raises(CaptureError, match=r"module 1 \(Gate\) failed"):
+        capture(gated, x, mse, cost="roofline", cluster=gpu_cluster(1.0))
+    with pytest.raises(CaptureError, match="peak_tflops"):
+        capture(model, x, mse, cost="roofline", cluster=dp.cluster.uniform_cluster(2))
+    assert issubclass(CaptureError, DevplaceError)
+
+
+def test_profile_file_target(tmp_path):
+    source = tmp_path / "net.py"
+    source.write_text(
+        "import torch\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return torch.nn.Linear(3, 2), torch.randn(5, 3), lambda out: out.sum()\n"
+    )
+    g = profile_target(f"{source}:build", cost="roofline", cluster=gpu_cluster(1.0))
+    assert g.persistent_bytes.sum() == 3 * (2 * 3 + 2) * F32 + 2 * F32
+    assert g.meta["source"].endswith("net.py:build")
+    with pytest.raises(CaptureError, match="no function"):
+        profile_target(f"{source}:missing", cluster=gpu_cluster(1.0))
+
+
+def test_import_devplace_stays_torch_free():
+    code = "import sys, devplace; assert 'torch' not in sys.modules; assert callable(devplace.capture)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert callable(dp.capture)  # still callable after devplace.capture (the package) was imported
