@@ -316,3 +316,35 @@ def test_invariants_on_random_dags(case):
     single = sim.run(np.zeros(g.n_ops, dtype=np.int64))
     assert single.step_time_us == pytest.approx(total, rel=1e-12, abs=1e-9)
     assert len(single.transfer_op) == 0
+
+
+def test_radix_argsort_matches_numpy_stable_sort():
+    from devplace.sim.engine import stable_argsort_nonnegative
+
+    rng = np.random.default_rng(7)
+    values = np.concatenate([
+        np.round(rng.uniform(0, 1e6, 20_000), 1),  # many ties
+        rng.uniform(0, 1e-300, 100), [0.0, -0.0, 5e-324, 1e308], np.full(50, 3.0)])
+    rng.shuffle(values)
+    assert np.array_equal(stable_argsort_nonnegative(values), np.argsort(values, kind="stable"))
+    assert stable_argsort_nonnegative(np.zeros(0)).tolist() == []
+
+
+def test_large_graph_memory_events_are_in_time_order():
+    rng = np.random.default_rng(5)
+    n = 3000
+    src = rng.integers(0, n - 1, 2 * n)
+    dst = np.minimum(src + rng.integers(1, 50, 2 * n), n - 1)
+    g = OpGraph(
+        names=[f"v{i}" for i in range(n)], kinds=[""] * n, device_kinds=["gpu"],
+        compute_us=rng.uniform(0, 10, (n, 1)).round(), persistent_bytes=np.ones(n),
+        output_bytes=np.full(n, 4.0), temp_bytes=np.full(n, 2.0), colocation=np.full(n, -1),
+        colocation_names=[], role=np.zeros(n), mirror=np.full(n, -1), edge_src=src, edge_dst=dst,
+        edge_bytes=np.full(2 * n, 4.0), edge_fixed_us=np.full(2 * n, np.nan))
+    r = simulate(g, uniform_cluster(3), rng.integers(0, 3, n))
+    t, delta = r.memory_event_time_us, r.memory_event_delta
+    assert len(t) > 4096 and (np.diff(t) >= 0).all()
+    same = np.flatnonzero(np.diff(t) == 0)
+    after_persistent = same >= n
+    # at equal times no allocation comes before a free
+    assert not ((delta[same] > 0) & (delta[same + 1] < 0) & after_persistent).any()
