@@ -42,7 +42,14 @@ def capture(model, example_inputs, loss_fn, optimizer="adam", cost="measured", c
     return capture_step(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, cluster=cluster, **options)
 
 
+def run(target, placement, *, cluster=None, backend="local", steps=5, **options):
+    """Run ``target``'s training step for real under ``placement`` (imports torch; see ``devplace.execute``)."""
+    from devplace.execute import run as run_step
+
+    return run_step(target, placement, cluster=cluster, backend=backend, steps=steps, **options)
+
+
 __all__ = [
     "Cluster", "Device", "DevplaceError", "GraphBuilder", "OpGraph", "Placement", "Role",
-    "SimResult", "Simulator", "capture", "example_path", "load_cluster", "load_graph", "place", "save_graph", "simulate",
+    "SimResult", "Simulator", "capture", "example_path", "load_cluster", "load_graph", "place", "run", "save_graph", "simulate",
 ]

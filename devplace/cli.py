@@ -387,6 +387,76 @@ def profile(
     console.print(f"captured {summary['ops']} ops, {summary['edges']} edges ({summary['roles']}); written to {output}")
 
 
+@app.command()
+@friendly_errors
+def run(
+    target: str = typer.Argument(..., help="zoo:NAME[:key=value,...] or path/to/file.py:function"),
+    placement_path: Path = typer.Option(..., "--placement", "-p", help="placement JSON (from `devplace place`)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster to simulate on (default: calibrate now)"),
+    backend: str = typer.Option("local", "--backend", "-b", help="local (one process) or distributed (one per device)"),
+    steps: int = typer.Option(5, "--steps", help="measured steps (median reported) after warm-up"),
+    warmup: int = typer.Option(1, "--warmup", help="steps run before measuring"),
+    device: list[str] = typer.Option([], "--device", "-d", help="torch device per placement device, e.g. cuda:0 (repeatable)"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds without progress before a rank counts as hung"),
+    check: bool = typer.Option(False, "--check", help="also compare loss and parameters with a one-device eager step"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+):
+    """Run TARGET's training step for real under a placement; measured vs simulated step time."""
+    from devplace.execute import eager_reference, max_difference, prepare
+    from devplace.execute import run as execute
+
+    prepared = prepare(target)
+    result = execute(target, placement_path, cluster=cluster, backend=backend, steps=steps, warmup=warmup,
+                     devices=device or None, timeout_s=timeout, prepared=prepared)
+    if result is None:  # a torchrun rank other than 0
+        return
+    summary = result.to_dict()
+    if check:
+        worst, error = max_difference(result.outputs, eager_reference(prepared))
+        summary["check"] = {"worst_output": worst, "max_relative_difference": error}
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"{backend} on {result.n_devices} devices: measured step {fmt_us(result.measured_step_time_us)} "
+        f"(median of {steps}), simulated {fmt_us(result.simulated_step_time_us)} "
+        f"({100 * summary['relative_error']:+.0f}%), loss {result.loss:.6g}, {result.n_transfers} transfers per step"
+    )
+    if check:
+        console.print(f"largest relative difference from an eager step: {error:.2e} ({worst})")
+
+
+@app.command()
+@friendly_errors
+def calibrate(
+    output: Path = typer.Option(..., "--output", "-o", help="where to write the cluster TOML"),
+    devices: int = typer.Option(2, "--devices", "-n", help="number of one-thread CPU processes to measure"),
+    quick: bool = typer.Option(False, "--quick", help="fewer message sizes and repeats"),
+    name: Optional[str] = typer.Option(None, "--name", help="cluster name (default from the host name)"),
+    as_json: bool = typer.Option(False, "--json", help="print the fitted figures as JSON"),
+):
+    """Measure this machine's devices and links into a cluster TOML for place and simulate."""
+    from devplace.execute.calibrate import calibrate as measure
+    from devplace.execute.calibrate import cluster_toml
+    from devplace.fileio import write_text_atomic
+
+    if devices < 1:
+        raise DevplaceError("--devices must be at least 1")
+    measured = measure(devices, quick=quick, name=name)
+    write_text_atomic(output, cluster_toml(measured))
+    spec = measured.meta["calibration_spec"]
+    if as_json:
+        print_json({**spec, "fits": measured.meta["calibration"]["links"], "output": str(output)})
+        return
+    link = spec["links"].get("default", {})
+    console.print(
+        f"{devices} devices: {spec['devices'][0]['peak_tflops'] * 1e3:.1f} GFLOP/s, "
+        f"{spec['devices'][0]['memory_bandwidth_gbps']:.1f} GB/s, executor overhead {spec['op_gap_us']:.1f} us/op"
+        + (f"; link latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_bytes_per_us']:.0f} B/us" if link else "")
+        + f"; written to {output}"
+    )
+
+
 def main() -> None:
     app()
 

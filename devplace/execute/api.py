@@ -44,8 +44,13 @@ def prepare(target, *, cost: str = "measured", optimizer: str = "adam", repeats:
         model, example_inputs, loss_fn, targets = load_target(target)
     else:
         model, example_inputs, loss_fn, targets = target.model, target.example_inputs, target.loss_fn, target.targets
-    graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, targets=targets,
-                            repeats=repeats, progress=False, return_trace=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # op times as a one-thread device sees them (see distributed.py)
+    try:
+        graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, targets=targets,
+                                repeats=repeats, progress=False, return_trace=True)
+    finally:
+        torch.set_num_threads(threads)
     program = Program.from_traced(traced)
     placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
     values = traced.real_args(model, example_inputs, targets)
@@ -80,7 +85,7 @@ class RunResult:
 
 def run(target, placement, *, cluster=None, backend: str = "local", steps: int = 5, warmup: int = 1,
         devices: list[str] | None = None, timeout_s: float = 60.0, prepared: Prepared | None = None,
-        fault: dict | None = None) -> RunResult:
+        fault: dict | None = None) -> RunResult | None:
     """Run the training step of ``target`` with every op on its placed device.
 
     ``placement``: a Placement, a placement file path, or one device index per graph op.
@@ -88,6 +93,7 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
     quick calibration of its links). ``backend``: ``local`` (one process, ``devices`` are torch
     devices) or ``distributed`` (one process per device). Returns measured (median over ``steps``
     after ``warmup``) and simulated step times, and the first step's loss, gradients and parameters.
+    Under ``torchrun`` the distributed backend runs this process's rank; ranks other than 0 return None.
     """
     from devplace.placement import Placement, as_placement
     from devplace.sim import simulate
@@ -119,10 +125,16 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
         outputs, times = run_local(program, plan, state, parse_devices(devices or [], n_devices),
                                    steps=steps, warmup=warmup)
     else:
-        from devplace.execute.distributed import run_distributed
+        from devplace.execute.distributed import run_distributed, run_under_torchrun, under_torchrun
 
-        outputs, times = run_distributed(program, plan, state, n_devices, steps=steps, warmup=warmup,
-                                         timeout_s=timeout_s, devices=devices, fault=fault)
+        if under_torchrun():  # every process runs this; rank 0 gathers and reports
+            done = run_under_torchrun(program, plan, state, steps=steps, warmup=warmup, devices=devices)
+            if done is None:
+                return None
+            outputs, times = done
+        else:
+                outputs, times = run_distributed(program, plan, state, n_devices, steps=steps, warmup=warmup,
+                                             timeout_s=timeout_s, devices=devices, fault=fault)
     if "loss" not in outputs:
         raise ExecutionError("the run finished without a loss: this is a bug in the executor")
     return RunResult(backend, n_devices, median(times), float(simulated), times, float(outputs["loss"]),

@@ -76,6 +76,16 @@ def instruction_devices(plan: Plan, devices: list[torch.device]) -> list[torch.d
 def run_local(program: Program, plan: Plan, state: dict, devices: list[torch.device], *,
               steps: int = 5, warmup: int = 1) -> tuple[dict, list[float]]:
     """Run ``warmup + steps`` training steps; (outputs of the first step on CPU, measured step times)."""
+    threads = torch.get_num_threads()
+    if all(d.type == "cpu" for d in devices):
+        torch.set_num_threads(1)  # a CPU device is one thread, as in the distributed backend
+    try:
+        return _run_steps(program, plan, state, devices, steps, warmup)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_steps(program, plan, state, devices, steps, warmup):
     placed = instruction_devices(plan, devices)
     state = {name: move_value(v, placed[program.index[name]]) for name, v in state.items()}
     interp = LocalInterpreter(program, placed, state)
