@@ -1,7 +1,8 @@
 """Baseline: the hand placements of the papers, recognised from the op names of zoo graphs.
 
-Rules (regular expressions searched in op names; a module path is a run of dotted parts, so
-``encoder.layers.1`` also matches ``fwd:encoder.layers.1.cell.mm`` but not ``encoder.layers.10``):
+Rules (regular expressions searched in op names; parts may be joined by ``.`` as in module paths or
+by ``_`` as in captured fx names, so ``encoder.layers.1`` matches ``encoder.layers.1.cell.mm`` and
+``param_encoder_layers_1_cell_weight_ih`` but not ``encoder.layers.10``):
 
 ========================  ===========================================================================
 seq2seq (GNMT, NMT)       ``encoder.layers.{i}`` and ``decoder.layers.{i}``: layer i of each side on
@@ -9,8 +10,8 @@ seq2seq (GNMT, NMT)       ``encoder.layers.{i}`` and ``decoder.layers.{i}``: lay
                           D >= L, as GNMT (Wu et al. 2016) and ColocRL's expert; encoder and decoder
                           layer i share a device. ``encoder.embedding`` with encoder layer 0,
                           ``decoder.embedding`` and ``attention`` with decoder layer 0 (GNMT computes
-                          attention from the bottom decoder layer), ``classifier``/``softmax`` with
-                          the top decoder layer.
+                          attention from the bottom decoder layer), ``classifier`` (or a module
+                          ``softmax.``) with the top decoder layer.
 RNNLM                     ``rnnlm.layers.{i}`` on device ``i * D // L``; ``embedding`` with layer 0,
                           ``classifier``/``softmax`` with the top layer.
 CNNs and other zoo nets   (``conv`` in names, or ``layers.{i}`` without the patterns above) all ops on
@@ -19,7 +20,8 @@ anything else             PlacementError: there is no expert rule for the graph.
 ========================  ===========================================================================
 
 Ops no rule names (backward ops, glue, the loss) take, in topological order, the device of their
-mirror (forward op), else of their latest placed predecessor; sources take their first successor's.
+mirror (forward op), else of their latest rule-named predecessor (a parameter says where its layer
+runs), else of their latest placed predecessor; sources take their first successor's.
 A colocation group then goes where its first rule-named member went (else its most common device).
 
 >>> from devplace.graph import GraphBuilder
@@ -44,18 +46,20 @@ import numpy as np
 from devplace.errors import PlacementError
 from devplace.placers import register
 
-_B = r"(?:^|[^\w])"       # start of a module path part
-_E = r"(?=$|[^\w])"       # end of a module path part
-ENCODER_LAYER = re.compile(_B + r"encoder\.layers\.(\d+)" + _E)
-DECODER_LAYER = re.compile(_B + r"decoder\.layers\.(\d+)" + _E)
-RNNLM_LAYER = re.compile(_B + r"rnnlm\.layers\.(\d+)" + _E)
-ENCODER_EMBEDDING = re.compile(_B + r"encoder\.embedding" + _E)
-DECODER_EMBEDDING = re.compile(_B + r"decoder\.embedding" + _E)
+_B = r"(?:^|[^a-zA-Z0-9])"  # start of a module path part ('.' in module paths, '_' in fx names)
+_S = r"[._]"                 # separator between parts
+_N = r"(\d+)(?![0-9])"       # a layer number, whole
+_E = r"(?![a-zA-Z0-9])"      # end of a part
+ENCODER_LAYER = re.compile(_B + r"encoder" + _S + "layers" + _S + _N)
+DECODER_LAYER = re.compile(_B + r"decoder" + _S + "layers" + _S + _N)
+RNNLM_LAYER = re.compile(_B + r"rnnlm" + _S + "layers" + _S + _N)
+ENCODER_EMBEDDING = re.compile(_B + r"encoder" + _S + "embedding" + _E)
+DECODER_EMBEDDING = re.compile(_B + r"decoder" + _S + "embedding" + _E)
 EMBEDDING = re.compile(_B + r"embedding" + _E)
 ATTENTION = re.compile(_B + r"attention" + _E)
-HEAD = re.compile(_B + r"(?:classifier|softmax)" + _E)
+HEAD = re.compile(_B + r"classifier" + _E + r"|(?:^|\.)softmax\.")
 CONV = re.compile(r"conv", re.IGNORECASE)
-ANY_LAYER = re.compile(_B + r"layers\.\d+" + _E)
+ANY_LAYER = re.compile(_B + r"layers" + _S + _N)
 
 
 def _layer_numbers(names: list[str], pattern: re.Pattern) -> np.ndarray:
@@ -103,7 +107,8 @@ def rule_devices(graph, n_devices: int) -> np.ndarray | None:
 
 
 def _propagate(graph, devices: np.ndarray) -> np.ndarray:
-    """Give unnamed ops the device of their mirror or latest placed predecessor, then successor."""
+    """Give unnamed ops the device of their mirror or latest (named, else placed) predecessor."""
+    named = devices >= 0
     devices = devices.copy()
     rank = graph.topo_rank
     for v in graph.topo_order:
@@ -114,7 +119,7 @@ def _propagate(graph, devices: np.ndarray) -> np.ndarray:
             devices[v] = devices[m]
             continue
         preds = graph.predecessors(v)
-        preds = preds[devices[preds] >= 0]
+        preds = preds[named[preds]] if named[preds].any() else preds[devices[preds] >= 0]
         if len(preds):
             devices[v] = devices[preds[np.argmax(rank[preds])]]
     for v in graph.topo_order[::-1]:
