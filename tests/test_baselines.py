@@ -197,3 +197,23 @@ def test_expert_puts_a_cnn_on_one_device():
         b.add_op(name, compute_us=5.0)
     b.add_edge("features.conv1", "features.conv2"), b.add_edge("features.conv2", "fc")
     assert len(set(dp.place(b.build(), uniform_cluster(4), "expert").devices.tolist())) == 1
+
+
+def test_expert_reads_captured_fx_names_through_parameters():
+    """Captured graphs name ops like fx nodes; parameters carry the module path with underscores."""
+    b = GraphBuilder(["gpu"])
+    previous = None
+    for side in ("encoder", "decoder"):
+        for i in range(2):
+            weight = f"param_{side}_layers_{i}_cell_weight_ih"
+            b.add_op(weight, compute_us=0.0, persistent_bytes=100.0)
+            b.add_op(f"mm_{side}{i}", compute_us=10.0)
+            b.add_edge(weight, f"mm_{side}{i}")
+            if previous:
+                b.add_edge(previous, f"mm_{side}{i}", bytes=10.0)
+            previous = f"mm_{side}{i}"
+    b.add_op("param_encoder_layers_10_cell_bias", compute_us=0.0)     # layer 10, not layer 1
+    g = b.build()
+    dev = dict(zip(g.names, dp.place(g, uniform_cluster(11), "expert").devices.tolist()))
+    assert dev["mm_encoder1"] == dev["param_encoder_layers_1_cell_weight_ih"] == 1
+    assert dev["mm_decoder0"] == 0 and dev["mm_decoder1"] == 1 and dev["param_encoder_layers_10_cell_bias"] == 10
