@@ -25,12 +25,48 @@ from scipy.optimize import linprog
 FAVORITE_THRESHOLD = 0.1   # Baechi's code: x <= 0.1 means favorite
 
 
-def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_limit_s: float = 120.0):
-    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is all ones if HiGHS failed."""
+WINDOW_OPS = 2500   # HiGHS solves this many ops in about a second; a 20k-op LP takes minutes
+
+
+def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_limit_s: float = 120.0,
+                      window_ops: int = WINDOW_OPS):
+    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is 1 where HiGHS failed.
+
+    A graph larger than ``window_ops`` is cut along its topological order into windows solved one
+    by one: an edge between two windows is never a favorite (x = 1), ``s`` is per window and ``w``
+    is the largest window's makespan. Solver time then grows linearly with the graph."""
     n, m = graph.n_ops, graph.n_edges
+    x = np.ones(m)
+    s = np.zeros(n)
     if m == 0:
-        return np.ones(0), np.zeros(n), float(time_us.max(initial=0.0)), "no edges"
-    src, dst = graph.edge_src, graph.edge_dst
+        return x, s, float(time_us.max(initial=0.0)), "no edges"
+    n_windows = max(1, -(-n // window_ops))
+    window = np.empty(n, dtype=np.int64)
+    window[graph.topo_order] = np.arange(n) * n_windows // n
+    makespan, failed = 0.0, 0
+    for k in range(n_windows):
+        ops = np.flatnonzero(window == k)
+        local = np.full(n, -1, dtype=np.int64)
+        local[ops] = np.arange(len(ops))
+        edges = np.flatnonzero((window[graph.edge_src] == k) & (window[graph.edge_dst] == k))
+        result = _solve(len(ops), local[graph.edge_src[edges]], local[graph.edge_dst[edges]],
+                        time_us[ops], edge_us[edges], time_limit_s / n_windows)
+        if result is None:
+            failed += 1
+            continue
+        x[edges], s[ops], w = result
+        makespan = max(makespan, w)
+    status = "optimal" if not failed else f"HiGHS failed on {failed} of {n_windows} windows"
+    if n_windows > 1:
+        status += f" ({n_windows} windows)"
+    return x, s, makespan if not failed else float("nan"), status
+
+
+def _solve(n, src, dst, time_us, edge_us, time_limit_s):
+    """One LP over ops 0..n-1 and the given edges; (x, s, w), or None if HiGHS did not finish."""
+    m = len(src)
+    if m == 0:
+        return np.ones(0), np.zeros(n), float(time_us.max(initial=0.0))
     x_col = np.arange(m)
     s_col = m + np.arange(n)
     w_col = m + n
@@ -42,8 +78,8 @@ def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_l
     vals += [np.ones(m), -np.ones(m), edge_us]
     rhs.append(-time_us[src])
     next_row = m
-    for ends, ptr, order in ((src, graph.succ_ptr, graph.succ_edge), (dst, graph.pred_ptr, graph.pred_edge)):
-        degree = np.diff(ptr)
+    for ends in (src, dst):   # at most one favorite child, at most one favorite parent
+        degree = np.bincount(ends, minlength=n)
         nodes = np.flatnonzero(degree >= 2)
         row_of = np.full(n, -1)
         row_of[nodes] = next_row + np.arange(len(nodes))
@@ -53,7 +89,7 @@ def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_l
         vals.append(-np.ones(int(chosen.sum())))
         rhs.append(-(degree[nodes] - 1.0))
         next_row += len(nodes)
-    sinks = np.flatnonzero(np.diff(graph.succ_ptr) == 0)
+    sinks = np.flatnonzero(np.bincount(src, minlength=n) == 0)
     sink_rows = next_row + np.arange(len(sinks))
     rows += [sink_rows, sink_rows]
     cols += [s_col[sinks], np.full(len(sinks), w_col)]
@@ -69,10 +105,10 @@ def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_l
     bounds[:m, 1] = 1.0
     bounds[m:, 1] = np.inf
     result = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs",
-                     options={"time_limit": time_limit_s})
+                     options={"time_limit": max(1.0, time_limit_s)})
     if result.x is None or result.status != 0:
-        return np.ones(m), np.zeros(n), float("nan"), f"HiGHS: {result.message}"
-    return result.x[:m], result.x[m : m + n], float(result.x[w_col]), "optimal"
+        return None
+    return result.x[:m], result.x[m : m + n], float(result.x[w_col])
 
 
 def round_favorites(edge_src, edge_dst, x, n_ops: int, threshold: float = FAVORITE_THRESHOLD) -> np.ndarray:
