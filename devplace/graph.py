@@ -46,7 +46,12 @@ class Role(IntEnum):
                 raise GraphError(
                     f"unknown role {value!r}: use one of forward, backward, update, other"
                 ) from None
-        return cls(int(value))
+        try:
+            return cls(int(value))
+        except (TypeError, ValueError):
+            raise GraphError(
+                f"unknown role {value!r}: use one of forward, backward, update, other (or 0-3)"
+            ) from None
 
 
 ROLE_NAMES = tuple(r.name.lower() for r in Role)

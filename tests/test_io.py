@@ -109,6 +109,9 @@ def native_dict(**op_changes) -> dict:
     ({"ops__output_bytes": [0, 0, -4, 0]}, "op 'opt' has output_bytes = -4"),
     ({"ops__temp_bytes": [0, 0]}, "'temp_bytes' must be a list of 4 entries"),
     ({"ops__role": ["forward", "forward", "sideways", "other"]}, "unknown role 'sideways'"),
+    ({"ops__role": ["forward", 1, 7, "other"]}, "unknown role 7"),
+    ({"ops__role": ["forward", "backward", [2], "other"]}, "unknown role \\[2\\]"),
+    ({"edges__dst": ["relu 😀", ["opt"], "opt"]}, "edges.dst.*\\['opt'\\], which does not exist"),
     ({"ops__compute_us": {"gpu": [1, 2, 3, 4]}}, "no times for device kind 'cpu'"),
     ({"edges__bytes": [1, None, 2]}, "'bytes' entry for 'relu 😀 -> opt' is None"),
     ({"edges__fixed_us": [None, -1, None]}, "edge 'relu 😀' -> 'opt' has fixed_us = -1"),
@@ -116,6 +119,11 @@ def native_dict(**op_changes) -> dict:
 def test_bad_native_files_name_the_culprit(changes, pattern):
     with pytest.raises(GraphError, match=pattern):
         native.from_dict(native_dict(**changes), source="graph file 'x.json'")
+
+
+def test_roles_may_be_given_by_code_or_any_case():
+    g = native.from_dict(native_dict(ops__role=[0, "BACKWARD", 2, "Other"]))
+    assert g.role.tolist() == [0, 1, 2, 3]
 
 
 def test_nan_in_a_native_file_names_op_and_field(tmp_path):

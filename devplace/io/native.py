@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,19 @@ def _numbers(column: list, where: str, key: str, names: list[str], allow_none: b
     return values
 
 
+ROLE_CODES = {name: code for code, name in enumerate(ROLE_NAMES)}
+
+
+class _EdgeLabels:
+    """``"src -> dst"`` for edge ``i``, made only when an error message needs it."""
+
+    def __init__(self, src: list, dst: list):
+        self.src, self.dst = src, dst
+
+    def __getitem__(self, i: int) -> str:
+        return f"{self.src[i]} -> {self.dst[i]}"
+
+
 def from_dict(data: dict, source: str = "graph") -> OpGraph:
     version = data.get("version")
     if version != VERSION:
@@ -127,20 +141,31 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
         dup = next(x for x in names if names.count(x) > 1)
         raise GraphError(f"{source} has duplicate op name {dup!r}: op names must be unique")
 
-    def resolve(column: list, key: str, owner: list[str]) -> np.ndarray:
-        out = np.full(len(column), -1, dtype=np.int64)
-        for i, ref in enumerate(column):
-            if ref is None:
-                continue
-            if ref not in index:
-                raise GraphError(f"{source} field {key!r} entry for {owner[i]!r} names op {ref!r}, which does not exist")
-            out[i] = index[ref]
+    lookup: dict = dict(index)
+    lookup[None] = -1
+
+    def resolve(column: list, key: str, owner) -> np.ndarray:
+        """Op names -> indices (None -> -1) at C speed; a bad entry is named afterwards."""
+        try:
+            out = np.fromiter(map(lookup.get, column, repeat(-2)), dtype=np.int64, count=len(column))
+        except TypeError:  # an unhashable entry, such as a list
+            out = np.array([lookup.get(r, -2) if r is None or isinstance(r, str) else -2 for r in column], dtype=np.int64)
+        bad = np.flatnonzero(out == -2)
+        if len(bad):
+            i = int(bad[0])
+            raise GraphError(f"{source} field {key!r} entry for {owner[i]!r} names op {column[i]!r}, which does not exist")
         return out
 
     coloc_column = _column(ops, "colocation", n, where)
     groups: dict[str, int] = {}
     coloc = np.array([-1 if c is None else groups.setdefault(str(c), len(groups)) for c in coloc_column], dtype=np.int64)
-    roles = np.array([Role.parse(r) for r in _column(ops, "role", n, where, "forward")], dtype=np.int8)
+    role_column = _column(ops, "role", n, where, "forward")
+    try:
+        roles = np.fromiter(map(ROLE_CODES.get, role_column, repeat(-1)), dtype=np.int8, count=n)
+    except TypeError:  # an unhashable entry: let Role.parse name it
+        roles = np.full(n, -1, dtype=np.int8)
+    for i in np.flatnonzero(roles < 0):  # not a lower-case name: parse it, or say why not
+        roles[i] = Role.parse(role_column[i])
 
     edges = data.get("edges", {})
     if not isinstance(edges, dict):
@@ -151,7 +176,7 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
         raise GraphError(f"{ewhere} field 'src' must be a list of op names")
     m = len(src_names)
     dst_names = _column(edges, "dst", m, ewhere, required=m > 0)
-    edge_label = [f"{s} -> {d}" for s, d in zip(src_names, dst_names)]
+    edge_label = _EdgeLabels(src_names, dst_names)
     src = resolve(src_names, "edges.src", edge_label)
     dst = resolve(dst_names, "edges.dst", edge_label)
     return OpGraph(
