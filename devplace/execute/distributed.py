@@ -32,8 +32,8 @@ from devplace.execute.program import ExecutionError, Program
 from devplace.execute.schedule import Plan
 
 # per-rank status slots in shared memory
-_OP, _WAITING_ON, _SINCE, _DONE = range(4)
-_SLOTS = 4
+_OP, _WAITING_ON, _SINCE, _DONE, _JOB = range(5)
+_SLOTS = 5
 
 
 def free_port() -> int:
@@ -130,7 +130,7 @@ def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict,
     device = torch.device(settings["devices"][rank]) if settings.get("devices") else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    state = {k: v.to(device) for k, v in state.items()}
+    state = {k: v.to(device, copy=True) for k, v in state.items()}  # a job never changes its inputs
     interp = RankInterpreter(program, plan, rank, device, state, status, settings.get("fault"))
     first, times = {}, []
     for step in range(settings["warmup"] + settings["steps"]):
@@ -145,8 +145,6 @@ def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict,
             first = {k: v.detach().cpu().numpy().copy() for k, v in out.items()}
         if step >= settings["warmup"]:
             times.append(elapsed)
-    if status is not None:
-        status[rank * _SLOTS + _DONE] = 1
     return first, times
 
 
@@ -155,13 +153,21 @@ def _local_state(program: Program, plan: Plan, state: dict, rank: int) -> dict:
     return {name: v for name, v in state.items() if int(plan.home[program.index[name]]) in (rank, -1)}
 
 
-def _run_body(rank, world, settings, status, program, plan, state):
-    return _rank_body(rank, world, program, plan, state, settings, status)
+def _run_body(rank, world, settings, status, jobs):
+    """Run each (program, plan, state) job in turn in this process group; one result per job."""
+    results = []
+    for k, (program, plan, state) in enumerate(jobs):
+        if status is not None:
+            status[rank * _SLOTS + _JOB] = k
+        results.append(_rank_body(rank, world, program, plan, state, settings, status))
+    if status is not None:
+        status[rank * _SLOTS + _DONE] = 1
+    return (results,)
 
 
 def _worker(rank, world, init_method, body, body_args, settings, results, status):
     torch.set_num_threads(1)
-    program = body_args[0] if body_args and isinstance(body_args[0], Program) else None
+    jobs = body_args[0] if body_args and isinstance(body_args[0], list) else None
     import torch.distributed as dist
 
     try:
@@ -173,8 +179,8 @@ def _worker(rank, world, init_method, body, body_args, settings, results, status
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the supervisor, which names the rank
         op = None
-        if program is not None and status[rank * _SLOTS + _OP] >= 0:
-            op = program.instrs[int(status[rank * _SLOTS + _OP])].name
+        if jobs is not None and status[rank * _SLOTS + _OP] >= 0:
+            op = jobs[int(status[rank * _SLOTS + _JOB])][0].instrs[int(status[rank * _SLOTS + _OP])].name
         waiting = int(status[rank * _SLOTS + _WAITING_ON]) if status is not None else -1
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         results.put(("error", rank, op, f"{type(exc).__name__}: {message}", waiting))
@@ -184,19 +190,30 @@ def run_distributed(program: Program, plan: Plan, state: dict, n_devices: int, *
                     warmup: int = 1, timeout_s: float = 60.0, startup_timeout_s: float = 120.0,
                     devices: list[str] | None = None, fault: dict | None = None) -> tuple[dict, list[float]]:
     """Spawn one process per device, run the steps, return (first-step outputs, step times in us)."""
+    return run_distributed_many([(program, plan, state)], n_devices, steps=steps, warmup=warmup, timeout_s=timeout_s,
+                                startup_timeout_s=startup_timeout_s, devices=devices, fault=fault)[0]
+
+
+def run_distributed_many(jobs: list[tuple[Program, Plan, dict]], n_devices: int, *, steps: int = 5, warmup: int = 1,
+                         timeout_s: float = 60.0, startup_timeout_s: float = 120.0, devices: list[str] | None = None,
+                         fault: dict | None = None) -> list[tuple[dict, list[float]]]:
+    """Several (program, plan, state) jobs in one set of processes (one start-up for all of them)."""
     settings = {"steps": steps, "warmup": warmup, "timeout_s": timeout_s, "devices": devices, "fault": fault}
-    per_rank = [(program, plan, _local_state(program, plan, state, rank)) for rank in range(n_devices)]
+    per_rank = [([(p, plan, _local_state(p, plan, state, rank)) for p, plan, state in jobs],) for rank in range(n_devices)]
     done = launch(_run_body, per_rank, settings, timeout_s=timeout_s, startup_timeout_s=startup_timeout_s,
-                  program=program)
-    first: dict = {}
-    for rank in range(n_devices):
-        first.update({k: torch.from_numpy(v) for k, v in done[rank][0].items()})
-    step_times = np.max(np.asarray([done[r][1] for r in range(n_devices)], dtype=np.float64), axis=0).tolist()
-    return first, step_times
+                  programs=[p for p, _, _ in jobs])
+    out = []
+    for k in range(len(jobs)):
+        first: dict = {}
+        for rank in range(n_devices):
+            first.update({name: torch.from_numpy(v) for name, v in done[rank][0][k][0].items()})
+        times = np.max(np.asarray([done[r][0][k][1] for r in range(n_devices)], dtype=np.float64), axis=0).tolist()
+        out.append((first, times))
+    return out
 
 
 def launch(body, per_rank_args: list[tuple], settings: dict, *, timeout_s: float, startup_timeout_s: float = 120.0,
-           program: Program | None = None) -> dict[int, tuple]:
+           programs: list[Program] | None = None) -> dict[int, tuple]:
     """Run ``body(rank, world, settings, status, *per_rank_args[rank])`` in one spawned process per
     rank inside a process group; return each rank's result; kill every child on the way out."""
     import torch.multiprocessing as mp
@@ -208,7 +225,7 @@ def launch(body, per_rank_args: list[tuple], settings: dict, *, timeout_s: float
     results = ctx.Queue()
     status = ctx.Array("d", [-1.0] * (_SLOTS * n_devices), lock=False)
     for r in range(n_devices):
-        status[r * _SLOTS + _DONE] = 0
+        status[r * _SLOTS + _DONE] = status[r * _SLOTS + _JOB] = 0
     init_method = f"tcp://127.0.0.1:{free_port()}"
     procs = []
     try:
@@ -219,7 +236,7 @@ def launch(body, per_rank_args: list[tuple], settings: dict, *, timeout_s: float
             )
             p.start()
             procs.append(p)
-        return _supervise(procs, results, status, program, n_devices, timeout_s, startup_timeout_s)
+        return _supervise(procs, results, status, programs, n_devices, timeout_s, startup_timeout_s)
     finally:
         for p in procs:
             if p.is_alive():
@@ -230,7 +247,7 @@ def launch(body, per_rank_args: list[tuple], settings: dict, *, timeout_s: float
         results.join_thread()
 
 
-def _supervise(procs, results, status, program, world, timeout_s, startup_timeout_s):
+def _supervise(procs, results, status, programs, world, timeout_s, startup_timeout_s):
     ready: set[int] = set()
     done: dict[int, tuple] = {}
     started = time.monotonic()
@@ -250,13 +267,13 @@ def _supervise(procs, results, status, program, world, timeout_s, startup_timeou
             elif kind == "done":
                 done[rank] = tuple(message[2:])
             else:
-                _raise_rank_error(message, results, program)
+                _raise_rank_error(message, results)
             continue
         for rank, p in enumerate(procs):
             if rank not in done and p.exitcode is not None:
-                _drain_errors(results, program)
+                _drain_errors(results)
                 raise ExecutionError(
-                    f"rank {rank} died (exit code {p.exitcode}){_at_op(status, rank, program)}: "
+                    f"rank {rank} died (exit code {p.exitcode}){_at_op(status, rank, programs)}: "
                     f"see its output above; no other rank was left running"
                 )
         if len(ready) < world:
@@ -271,18 +288,18 @@ def _supervise(procs, results, status, program, world, timeout_s, startup_timeou
         if stalled or (waiting and len(waiting) == world - len(done)):
             rank = stalled[0] if stalled else waiting[0]
             raise ExecutionError(
-                f"rank {rank} hung{_at_op(status, rank, program)}: no progress for {timeout_s:g} s; "
+                f"rank {rank} hung{_at_op(status, rank, programs)}: no progress for {timeout_s:g} s; "
                 f"all ranks were stopped (raise --timeout if the op is just slow)"
             )
     return done
 
 
-def _at_op(status, rank: int, program: Program) -> str:
-    op = int(status[rank * _SLOTS + _OP])
-    return f" at op {program.instrs[op].name!r}" if op >= 0 and program is not None else ""
+def _at_op(status, rank: int, programs: list[Program] | None) -> str:
+    op, job = int(status[rank * _SLOTS + _OP]), int(status[rank * _SLOTS + _JOB])
+    return f" at op {programs[max(job, 0)].instrs[op].name!r}" if op >= 0 and programs else ""
 
 
-def _raise_rank_error(message, results, program) -> None:
+def _raise_rank_error(message, results) -> None:
     """Report the rank that failed first; a rank that failed while waiting on a peer is a symptom."""
     _, rank, op, text, waiting = message
     if waiting >= 0:
@@ -299,7 +316,7 @@ def _raise_rank_error(message, results, program) -> None:
     raise ExecutionError(f"rank {rank} failed{where}: {text}")
 
 
-def _drain_errors(results, program) -> None:
+def _drain_errors(results) -> None:
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         try:
@@ -307,7 +324,7 @@ def _drain_errors(results, program) -> None:
         except queue_module.Empty:
             continue
         if message[0] == "error":
-            _raise_rank_error(message, results, program)
+            _raise_rank_error(message, results)
 
 
 def under_torchrun() -> bool:

@@ -1,0 +1,204 @@
+"""Running placed training steps for real: numbers equal an eager step, faults end cleanly."""
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from devplace.cluster import load_cluster, uniform_cluster  # noqa: E402
+from devplace.errors import PlacementError  # noqa: E402
+from devplace.execute import ExecutionError, eager_reference, max_difference, prepare, run  # noqa: E402
+from devplace.execute.calibrate import cluster_toml, fit_link, spec_from_measurements  # noqa: E402
+from devplace.execute.distributed import run_distributed, run_distributed_many  # noqa: E402
+from devplace.execute.local import run_local  # noqa: E402
+from devplace.execute.schedule import ANYWHERE, check_against_graph, make_plan  # noqa: E402
+from devplace.placement import Placement  # noqa: E402
+from devplace.placers import place  # noqa: E402
+
+MODELS = {
+    "mlp": "zoo:mlp:preset=small",
+    "cnn": "zoo:small_cnn:preset=small",
+    "gnmt": "zoo:gnmt:preset=small,layers=2,seq_len=3",
+}
+ALGOS = ("single", "round-robin", "m-etf")
+# float32 ops reordered across devices; Adam divides by sqrt(v), so allow a little more than eps
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    return {name: prepare(target, repeats=1) for name, target in MODELS.items()}
+
+
+def cluster_for(graph, n=2):
+    return uniform_cluster(n, kind=graph.device_kinds[0], latency_us=50.0, bandwidth_bytes_per_us=1000.0)
+
+
+def placements(p):
+    c = cluster_for(p.graph)
+    return {algo: place(p.graph, c, algo=algo, seed=0) for algo in ALGOS}
+
+
+def children_alive() -> list[int]:
+    """PIDs of live processes whose parent is this test process (ranks left behind)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] not in ("Z", "X"):
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "resource_tracker" not in cmdline:  # multiprocessing's helper, shared, lives with us
+                alive.append(int(entry.name))
+    return alive
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_local_backend_matches_an_eager_step(prepared, model):
+    p = prepared[model]
+    reference = eager_reference(p)
+    for algo, pl in placements(p).items():
+        result = run(None, pl, cluster=cluster_for(p.graph), prepared=p, steps=1, warmup=0)
+        worst, error = max_difference(result.outputs, reference)
+        assert error <= TOLERANCE, f"{model}/{algo}: {worst} differs by {error:.2e}"
+        assert (result.n_transfers > 0) == (len(np.unique(pl.devices)) > 1)
+        assert set(reference) <= set(result.outputs)
+
+
+def test_distributed_backend_matches_an_eager_step(prepared):
+    """All models x placements in one set of two processes (one start-up)."""
+    jobs, labels = [], []
+    for model, p in prepared.items():
+        for algo, pl in placements(p).items():
+            check_against_graph(p.program, p.graph, pl, cluster_for(p.graph))
+            jobs.append((p.program, make_plan(p.program, p.graph, pl, 2), p.state))
+            labels.append((model, algo))
+    results = run_distributed_many(jobs, 2, steps=1, warmup=0, timeout_s=60)
+    for (model, algo), (outputs, times) in zip(labels, results):
+        worst, error = max_difference(outputs, eager_reference(prepared[model]))
+        assert error <= TOLERANCE, f"{model}/{algo}: {worst} differs by {error:.2e}"
+        assert len(times) == 1 and times[0] > 0
+    assert children_alive() == []
+
+
+def test_multi_step_run_keeps_training(prepared):
+    """Parameters are updated in place on their device, so a second step starts from the first's."""
+    p = prepared["mlp"]
+    pl = placements(p)["m-etf"]
+    plan = make_plan(p.program, p.graph, pl, 2)
+    state = {k: v.clone() for k, v in p.state.items()}
+    run_local(p.program, plan, state, [torch.device("cpu")] * 2, steps=2, warmup=0)
+    name = next(n for n, kind in p.program.placeholder_kinds.items() if kind == "param")
+    assert not torch.equal(state[name], p.state[name])
+
+
+def test_plan_cannot_deadlock(prepared):
+    """Replay each rank's order with blocking receives posted in the plan's order: all finish."""
+    p = prepared["gnmt"]
+    pl = Placement(devices=np.random.default_rng(3).integers(0, 3, p.graph.n_ops))
+    plan = make_plan(p.program, p.graph, pl, 3)
+    sent: set[tuple[int, int]] = set()  # (tag, dst) posted
+    position = [0, 0, 0]
+    have = [set() for _ in range(3)]
+    index = p.program.index
+    while any(position[r] < len(plan.rank_order[r]) for r in range(3)):
+        progressed = False
+        for r in range(3):
+            while position[r] < len(plan.rank_order[r]):
+                i = plan.rank_order[r][position[r]]
+                ins = p.program.instrs[i]
+                remote = [n for n in ins.inputs if plan.home[index[n]] not in (r, ANYWHERE) and n not in have[r]]
+                ok = True
+                for n in remote:
+                    src = int(plan.home[index[n]])
+                    tag = next(t for name, t in plan.recvs[r][src] if name == n)
+                    if (tag, r) not in sent:
+                        ok = False
+                        break
+                    have[r].add(n)
+                if not ok:
+                    break
+                for dst, tag in plan.sends.get(i, []):
+                    sent.add((tag, dst))
+                position[r] += 1
+                progressed = True
+        assert progressed, f"ranks stuck at {position}"
+    tags = sorted(t for sends in plan.sends.values() for _, t in sends)
+    assert tags == list(range(plan.n_transfers)) and plan.n_transfers > 10
+
+
+def test_rank_that_raises_is_named_and_no_process_survives(prepared):
+    p = prepared["mlp"]
+    pl = placements(p)["round-robin"]
+    plan = make_plan(p.program, p.graph, pl, 2)
+    op = next(p.program.instrs[i].name for i in plan.rank_order[1] if p.program.instrs[i].op == "call_function")
+    with pytest.raises(ExecutionError, match=rf"rank 1 failed at op '{op}'.*fault injected"):
+        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=30,
+                        fault={"rank": 1, "op": op, "action": "raise"})
+    assert children_alive() == []
+
+
+def test_rank_that_hangs_times_out_and_no_process_survives(prepared):
+    p = prepared["mlp"]
+    pl = placements(p)["round-robin"]
+    plan = make_plan(p.program, p.graph, pl, 2)
+    op = next(p.program.instrs[i].name for i in plan.rank_order[0] if p.program.instrs[i].op == "call_function")
+    started = time.monotonic()
+    with pytest.raises(ExecutionError, match=rf"rank 0 hung at op '{op}'"):
+        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=2,
+                        fault={"rank": 0, "op": op, "action": "hang", "seconds": 600})
+    assert time.monotonic() - started < 60
+    assert children_alive() == []
+
+
+def test_placement_for_another_graph_is_refused_before_starting(prepared):
+    p = prepared["mlp"]
+    c = cluster_for(p.graph)
+    with pytest.raises(PlacementError, match="the graph has"):
+        run(None, [0] * (p.graph.n_ops + 1), cluster=c, prepared=p, backend="distributed")
+    other = prepared["cnn"]
+    with pytest.raises(PlacementError, match="not in the traced step"):
+        check_against_graph(p.program, other.graph, Placement(devices=np.zeros(other.graph.n_ops, int)), c)
+    assert children_alive() == []
+
+
+def test_placement_splitting_a_parameter_from_its_update_is_refused(prepared):
+    p = prepared["mlp"]
+    devices = np.zeros(p.graph.n_ops, dtype=np.int64)
+    members = next(m for m in p.graph.colocation_members if len(m) > 1)
+    devices[members[0]] = 1
+    with pytest.raises(PlacementError, match="colocation group"):
+        run(None, devices, cluster=cluster_for(p.graph), prepared=p)
+
+
+def test_link_fit_recovers_latency_and_bandwidth():
+    rng = np.random.default_rng(0)
+    sizes = [4096, 65536, 1 << 20, 1 << 24]
+    samples = [(s, 120.0 + s / 800.0 + rng.normal(0, 0.5)) for s in sizes]
+    fit = fit_link(samples)
+    assert fit["latency_us"] == pytest.approx(120.0, abs=2.0)
+    assert fit["bandwidth_bytes_per_us"] == pytest.approx(800.0, rel=0.01)
+    assert fit["r2"] > 0.999
+
+
+def test_calibrated_cluster_toml_loads_back(tmp_path):
+    device = {"peak_tflops": 0.05, "memory_bandwidth_gbps": 10.0, "op_gap_us": 3.0}
+    link = [(4096, 105.0), (1 << 20, 100.0 + (1 << 20) / 1000.0)]
+    done = {0: (device, {(0, 1): link}), 1: (dict(device, op_gap_us=5.0), {})}
+    spec, calibration = spec_from_measurements(done, 2, "here")
+
+    class Measured:
+        meta = {"calibration_spec": spec, "calibration": calibration}
+
+    path = tmp_path / "here.toml"
+    path.write_text(cluster_toml(Measured()))
+    cluster = load_cluster(path)
+    assert cluster.n_devices == 2 and cluster.op_gap_us == pytest.approx(4.0)
+    assert cluster.transfer_us(0, 1, 1 << 20) == pytest.approx(100.0 + (1 << 20) / 1000.0, rel=1e-3)
