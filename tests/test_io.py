@@ -121,6 +121,13 @@ def test_bad_native_files_name_the_culprit(changes, pattern):
         native.from_dict(native_dict(**changes), source="graph file 'x.json'")
 
 
+def test_meta_must_be_an_object():
+    data = native_dict()
+    data["meta"] = "notes"
+    with pytest.raises(GraphError, match="field 'meta' must be a JSON object"):
+        native.from_dict(data)
+
+
 def test_roles_may_be_given_by_code_or_any_case():
     g = native.from_dict(native_dict(ops__role=[0, "BACKWARD", 2, "Other"]))
     assert g.role.tolist() == [0, 1, 2, 3]
@@ -237,6 +244,11 @@ def node(i, **extra):
     (tiny_dnn([node(1, fpgaLatency=-1)], []), "op '1:n1' has compute time for 'gpu'"),
     (tiny_dnn([node(1, size="big")], []), "node 1 \\('n1'\\) field 'size' must be a number"),
     (tiny_dnn([{"id": 3, "cpuLatency": 1, "size": 0}], []), "node 3.*missing the field 'fpgaLatency'"),
+    (tiny_dnn([node(1, cpuLatency=[1])], []), "field 'cpuLatency' must be a number, not \\[1\\]"),
+    (tiny_dnn([node([1])], []), "node 0 field 'id' must be a number"),
+    (tiny_dnn([node(1)], [[1, 2]]), "edge 0 must be an object"),
+    (tiny_dnn([node(1)], []) | {"maxSizePerFPGA": "big"}, "field 'maxSizePerFPGA' must be a number"),
+    (tiny_dnn([node(1)], []) | {"maxFPGAs": 0}, "field 'maxFPGAs' must be a whole number >= 1"),
     (tiny_dnn([node(1), node(2)], [{"sourceId": 1, "destId": 2, "cost": 1},
                                    {"sourceId": 2, "destId": 1, "cost": 1}]), "cycle: '1:n1' -> '2:n2'|cycle: '2:n2' -> '1:n1'"),
 ])

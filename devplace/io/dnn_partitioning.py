@@ -35,7 +35,7 @@ def _field(record: dict, key: str, where: str, default=None):
             raise GraphError(f"{where} is missing the field {key!r}")
         return default
     value = record[key]
-    if isinstance(value, str) or value is None:
+    if not isinstance(value, (int, float)):  # bools pass: they are flags here
         raise GraphError(f"{where} field {key!r} must be a number, not {value!r}")
     return value
 
@@ -46,6 +46,8 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
     for k, node in enumerate(nodes):
         if not isinstance(node, dict) or "id" not in node:
             raise GraphError(f"{source} node {k} is missing the field 'id'")
+        if not isinstance(node["id"], (int, str)) or isinstance(node["id"], bool):
+            raise GraphError(f"{source} node {k} field 'id' must be a number, not {node['id']!r}")
         if node["id"] in by_id:
             raise GraphError(f"{source} has two nodes with id {node['id']}: ids must be unique")
         by_id[node["id"]] = node
@@ -85,6 +87,8 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
         )
     for k, edge in enumerate(data["edges"]):
         where = f"{source} edge {k}"
+        if not isinstance(edge, dict):
+            raise GraphError(f"{where} must be an object with 'sourceId', 'destId' and 'cost'")
         for end in ("sourceId", "destId"):
             ref = _field(edge, end, where)
             if ref not in by_id:
@@ -95,12 +99,15 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
             bytes=float(_field(edge, "size", where, 0.0)),
             fixed_us=float(_field(edge, "cost", where)) * MS_TO_US,
         )
+    max_fpgas = _field(data, "maxFPGAs", source, 1)
+    if not (isinstance(max_fpgas, int) and max_fpgas >= 1):
+        raise GraphError(f"{source} field 'maxFPGAs' must be a whole number >= 1, not {max_fpgas!r}")
     builder.meta = {
         "source": "dnn-partitioning",
         "dnn_partitioning": {
-            "max_size_per_fpga_bytes": float(data["maxSizePerFPGA"]),
-            "max_fpgas": int(data.get("maxFPGAs", 1)),
-            "max_cpus": int(data.get("maxCPUs", 0)),
+            "max_size_per_fpga_bytes": float(_field(data, "maxSizePerFPGA", source)),
+            "max_fpgas": max_fpgas,
+            "max_cpus": int(_field(data, "maxCPUs", source, 0)),
             "cpu_only_ops": cpu_only,
         },
     }

@@ -100,6 +100,14 @@ def _numbers(column: list, where: str, key: str, names: list[str], allow_none: b
     return values
 
 
+def _meta(value, source: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise GraphError(f"{source} field 'meta' must be a JSON object, not {type(value).__name__}")
+    return dict(value)
+
+
 ROLE_CODES = {name: code for code, name in enumerate(ROLE_NAMES)}
 
 
@@ -195,7 +203,7 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
         edge_dst=dst,
         edge_bytes=_numbers(_column(edges, "bytes", m, ewhere, 0), ewhere, "bytes", edge_label),
         edge_fixed_us=_numbers(_column(edges, "fixed_us", m, ewhere), ewhere, "fixed_us", edge_label, allow_none=True),
-        meta=dict(data.get("meta") or {}),
+        meta=_meta(data.get("meta"), source),
     )
 
 
