@@ -26,7 +26,6 @@ from numba import njit
 
 EVENT_FINISH = 0
 EVENT_ARRIVE = 1
-EVENT_DISPATCH = 2
 
 COMM_PARALLEL = 0
 COMM_SEQUENTIAL = 1
@@ -139,10 +138,10 @@ def simulate_schedule(
     dispatch_pending = np.zeros(n_dev, np.bool_)
     last_on_device = np.full(n_dev, -1, np.int64)
 
-    # event key = kind in the high bits, op or device below: at equal times finishes come first,
-    # then arrivals, then dispatches, each by index. Shifts decode it cheaper than // and %.
+    # event key = kind in the high bits, op below: at equal times finishes come first, then
+    # arrivals, each by op index. Shifts decode it cheaper than // and %.
     stride = np.int64(1) << 40
-    capacity = 2 * n + n_dev + 1
+    capacity = n + n_dev + 1  # pending arrivals (one per op at most) + one finish per device
     event_time = np.empty(capacity)
     event_key = np.empty(capacity, np.int64)
     n_events = 0
@@ -150,7 +149,29 @@ def simulate_schedule(
         if waiting[i] == 0:
             n_events = _heap_push(event_time, event_key, 0, n_events, 0.0, EVENT_ARRIVE * stride + i)
 
-    while n_events > 0:
+    now = 0.0
+    n_pending = 0
+    while True:
+        if n_pending > 0 and (n_events == 0 or event_time[0] > now):
+            # Dispatches at `now` run after every finish and arrival at `now`, lowest device first.
+            # They are kept as flags, not heap events: one heap round-trip less per op.
+            d = 0
+            while not dispatch_pending[d]:
+                d += 1
+            dispatch_pending[d] = False
+            n_pending -= 1
+            if device_busy[d] or queue_size[d] == 0:
+                continue
+            _, v, queue_size[d] = _heap_pop(queue_prio, queue_op, queue_base[d], queue_size[d])
+            start[v] = now
+            finish[v] = now + op_time_us[v, d] + op_gap_us
+            previous_on_device[v] = last_on_device[d]
+            last_on_device[d] = v
+            device_busy[d] = True
+            n_events = _heap_push(event_time, event_key, 0, n_events, finish[v], EVENT_FINISH * stride + v)
+            continue
+        if n_events == 0:
+            break
         now, key, n_events = _heap_pop(event_time, event_key, 0, n_events)
         kind = key >> 40
         item = key & (stride - 1)
@@ -160,7 +181,7 @@ def simulate_schedule(
             device_busy[du] = False
             if not dispatch_pending[du]:
                 dispatch_pending[du] = True
-                n_events = _heap_push(event_time, event_key, 0, n_events, now, EVENT_DISPATCH * stride + du)
+                n_pending += 1
             # one transfer per destination device holding a consumer of u
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 e = succ_edge[k]
@@ -221,30 +242,18 @@ def simulate_schedule(
                         queue_size[dv] = _heap_push(queue_prio, queue_op, queue_base[dv], queue_size[dv], priority[v], v)
                         if not device_busy[dv] and not dispatch_pending[dv]:
                             dispatch_pending[dv] = True
-                            n_events = _heap_push(event_time, event_key, 0, n_events, now, EVENT_DISPATCH * stride + dv)
+                            n_pending += 1
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 dv = devices[edge_dst[succ_edge[k]]]
                 dest_duration[dv] = -1.0
                 dest_bytes[dv] = 0.0
-        elif kind == EVENT_ARRIVE:
+        else:  # EVENT_ARRIVE
             v = item
             dv = devices[v]
             queue_size[dv] = _heap_push(queue_prio, queue_op, queue_base[dv], queue_size[dv], priority[v], v)
             if not device_busy[dv] and not dispatch_pending[dv]:
                 dispatch_pending[dv] = True
-                n_events = _heap_push(event_time, event_key, 0, n_events, now, EVENT_DISPATCH * stride + dv)
-        else:
-            d = item
-            dispatch_pending[d] = False
-            if device_busy[d] or queue_size[d] == 0:
-                continue
-            _, v, queue_size[d] = _heap_pop(queue_prio, queue_op, queue_base[d], queue_size[d])
-            start[v] = now
-            finish[v] = now + op_time_us[v, d] + op_gap_us
-            previous_on_device[v] = last_on_device[d]
-            last_on_device[d] = v
-            device_busy[d] = True
-            n_events = _heap_push(event_time, event_key, 0, n_events, finish[v], EVENT_FINISH * stride + v)
+                n_pending += 1
 
     return (
         start, finish, ready, cause, previous_on_device,
@@ -381,14 +390,26 @@ def stable_argsort_nonnegative(values):
     return order
 
 
+@njit(cache=True)
 def sorted_memory_events(time, device, delta, owner, n_persistent):
     """Order ``memory_events``' output by time, stably, keeping the persistent block first."""
     rest = time[n_persistent:]
-    # numpy wins on small arrays (no 6 x 2049 counters to clear), radix on large ones
-    order = np.argsort(rest, kind="stable") if len(rest) < 4096 else stable_argsort_nonnegative(rest)
-    order += n_persistent
-    order = np.concatenate((np.arange(n_persistent), order))
-    return time[order], device[order], delta[order], owner[order]
+    if rest.shape[0] < 2048:  # small: no 6 x 2049 counters to clear
+        order = np.argsort(rest, kind="mergesort")
+    else:
+        order = stable_argsort_nonnegative(rest)
+    n = time.shape[0]
+    out_time = np.empty(n)
+    out_device = np.empty(n, np.int64)
+    out_delta = np.empty(n)
+    out_owner = np.empty(n, np.int64)
+    for k in range(n):
+        src = k if k < n_persistent else order[k - n_persistent] + n_persistent
+        out_time[k] = time[src]
+        out_device[k] = device[src]
+        out_delta[k] = delta[src]
+        out_owner[k] = owner[src]
+    return out_time, out_device, out_delta, out_owner
 
 
 @njit(cache=True)
