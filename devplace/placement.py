@@ -111,12 +111,21 @@ class Placement:
         devices = data["devices"]
         if not isinstance(devices, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
             raise PlacementError(f"{source} field 'devices' must be a list of device indices")
+        priority = data.get("priority")
+        if priority is not None and not (
+            isinstance(priority, list) and all(_is_number(p) for p in priority)
+        ):
+            raise PlacementError(f"{source} field 'priority' must be a list of numbers, one per op")
+        if not isinstance(data.get("options") or {}, dict):
+            raise PlacementError(f"{source} field 'options' must be an object")
+        if not _is_number(data.get("placement_time_s", 0.0)):
+            raise PlacementError(f"{source} field 'placement_time_s' must be a number of seconds")
         return cls(
             devices=np.asarray(devices, dtype=np.int64),
             algorithm=str(data.get("algorithm", "manual")),
             options=dict(data.get("options") or {}),
             placement_time_s=float(data.get("placement_time_s", 0.0)),
-            priority=None if data.get("priority") is None else np.asarray(data["priority"], dtype=np.float64),
+            priority=None if priority is None else np.asarray(priority, dtype=np.float64),
             device_names=data.get("device_names"),
             graph_fingerprint=data.get("graph_fingerprint"),
         )
@@ -146,6 +155,10 @@ def as_placement(placement, graph) -> Placement:
     if devices.ndim != 1 or not (np.issubdtype(devices.dtype, np.integer) or devices.size == 0):
         raise PlacementError("a placement must be a Placement or a flat sequence of integer device indices")
     return Placement(devices=devices)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _json_default(value):

@@ -348,3 +348,37 @@ def test_large_graph_memory_events_are_in_time_order():
     after_persistent = same >= n
     # at equal times no allocation comes before a free
     assert not ((delta[same] > 0) & (delta[same + 1] < 0) & after_persistent).any()
+
+
+def test_placement_files_round_trip_and_bad_ones_are_named(tmp_path):
+    import json
+
+    g = chain_graph([1.0, 2.0, 3.0])
+    p = Placement(devices=[0, 1, 0], algorithm="m-etf", options={"seed": 3}, placement_time_s=0.25,
+                  priority=[0.5, 1.0, 2.0])
+    p.save(tmp_path / "p.json", graph=g)
+    back = Placement.load(tmp_path / "p.json")
+    assert back.devices.tolist() == [0, 1, 0] and back.priority.tolist() == [0.5, 1.0, 2.0]
+    assert (back.algorithm, back.options, back.placement_time_s) == ("m-etf", {"seed": 3}, 0.25)
+    back.check(g, uniform_cluster(2))
+    other = chain_graph([1.0, 2.0, 3.0], device_kind="gpu")
+    renamed = OpGraph(**{**{k: getattr(other, k) for k in (
+        "kinds", "device_kinds", "compute_us", "persistent_bytes", "output_bytes", "temp_bytes",
+        "colocation", "colocation_names", "role", "mirror", "edge_src", "edge_dst", "edge_bytes",
+        "edge_fixed_us")}, "names": ["x", "y", "z"]})
+    with pytest.raises(PlacementError, match="fingerprint"):
+        simulate(renamed, uniform_cluster(2), back)
+    data = json.loads((tmp_path / "p.json").read_text())
+    for change, pattern in (({"priority": ["a", 1, 2]}, "'priority' must be a list of numbers"),
+                            ({"devices": [0, "1", 0]}, "'devices' must be a list of device indices"),
+                            ({"options": [1]}, "'options' must be an object"),
+                            ({"version": 7}, "version 7"),
+                            ({"format": "x"}, "not a devplace placement file")):
+        (tmp_path / "bad.json").write_text(json.dumps(data | change))
+        with pytest.raises(PlacementError, match=pattern):
+            Placement.load(tmp_path / "bad.json")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(PlacementError, match="one JSON object"):
+        Placement.load(tmp_path / "bad.json")
+    with pytest.raises(PlacementError, match="does not exist"):
+        Placement.load(tmp_path / "missing.json")
