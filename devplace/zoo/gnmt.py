@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from devplace.errors import DevplaceError
 from devplace.zoo import ModelSpec
 from devplace.zoo.losses import token_cross_entropy
 from devplace.zoo.recurrent import BidirectionalLSTMLayer, UnrolledLSTMLayer
@@ -138,8 +139,6 @@ class GNMT(nn.Module):
 
 def _make(c: dict):
     if c["layers"] < 1:
-        from devplace.errors import DevplaceError
-
         raise DevplaceError(f"gnmt: layers must be at least 1, got {c['layers']}")
     model = GNMT(c["vocab"], c["hidden_units"], c["layers"], c["bidirectional"])
     source = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"]))
