@@ -138,6 +138,15 @@ def test_parse_target_errors_name_the_fault_and_the_valid_choices(target, fragme
         assert fragment in str(err.value)
 
 
+def test_invalid_layer_counts_are_explained():
+    with pytest.raises(DevplaceError, match="layers=1 is too few.*bidirectional"):
+        zoo.build("gnmt", preset="small", layers=1)
+    m = zoo.build("gnmt", preset="small", layers=1, bidirectional=False)
+    assert {"encoder.layers.0", "decoder.layers.0"} <= _names(m.model) and "encoder.layers.1" not in _names(m.model)
+    with pytest.raises(DevplaceError, match="rnnlm: layers must be at least 1"):
+        zoo.build("rnnlm", preset="small", layers=0)
+
+
 def test_build_rejects_unknown_keys_and_presets():
     with pytest.raises(DevplaceError, match="'depth'.*valid keys are .*layers"):
         zoo.build("gnmt", depth=3)

@@ -138,8 +138,11 @@ class GNMT(nn.Module):
 
 
 def _make(c: dict):
-    if c["layers"] < 1:
-        raise DevplaceError(f"gnmt: layers must be at least 1, got {c['layers']}")
+    if c["layers"] < (2 if c["bidirectional"] else 1):
+        raise DevplaceError(
+            f"gnmt: layers={c['layers']} is too few: the encoder needs at least 2 layers with "
+            f"bidirectional=true (the bidirectional layer feeds a unidirectional one), 1 without"
+        )
     model = GNMT(c["vocab"], c["hidden_units"], c["layers"], c["bidirectional"])
     source = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"]))
     target = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"] + 1))

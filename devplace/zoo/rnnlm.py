@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from devplace.errors import DevplaceError
 from devplace.zoo import ModelSpec
 from devplace.zoo.losses import token_cross_entropy
 from devplace.zoo.recurrent import UnrolledLSTMLayer
@@ -50,6 +51,8 @@ class RNNLM(nn.Module):
 
 
 def _make(c: dict):
+    if c["layers"] < 1:
+        raise DevplaceError(f"rnnlm: layers must be at least 1, got {c['layers']}")
     model = RNNLM(c["vocab"], c["embedding_units"], c["hidden_units"], c["layers"])
     text = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"] + 1))
     return model, (text[:, :-1],), (text[:, 1:],), token_cross_entropy
