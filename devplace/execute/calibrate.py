@@ -49,12 +49,13 @@ def _device_speed(repeats: int) -> dict:
     return {"peak_tflops": 2 * n**3 / mm_us / 1e6, "memory_bandwidth_gbps": 3 * x.numel() * 4 / add_us / 1e3}
 
 
-def _op_gap_us(repeats: int) -> float:
-    """Per-op cost of the executor beyond the op itself (interpreter bookkeeping)."""
+def _op_gap_us(repeats: int, rank: int = 0, status=None) -> float:
+    """Per-op cost of the executor beyond the op itself: a rank's interpreter bookkeeping."""
     import torch
 
-    from devplace.execute.interpreter import PlacedInterpreter
+    from devplace.execute.distributed import RankInterpreter
     from devplace.execute.program import Instr, Program, Ref
+    from devplace.execute.schedule import Plan
 
     n_ops = 200
     instrs = [Instr("x", "placeholder", "x")]
@@ -64,7 +65,9 @@ def _op_gap_us(repeats: int) -> float:
     program = Program(instrs, outputs={"loss": f"op{n_ops - 1}"}, final={})
     cpu = torch.device("cpu")
     x = torch.ones(16)
-    interp = PlacedInterpreter(program, [cpu] * len(instrs), {"x": x})
+    order = list(range(len(instrs)))
+    plan = Plan(np.full(len(instrs), rank), order, [order] * (rank + 1), {}, [{}] * (rank + 1))
+    interp = RankInterpreter(program, plan, rank, cpu, {"x": x}, status=status)
     interp.run()
     run_us = _median_us(interp.run, repeats)
     add = torch.ops.aten.add.Tensor
@@ -85,7 +88,7 @@ def _measure_body(rank, world, settings, status):
 
     repeats = settings["repeats"]
     figures = _device_speed(repeats)
-    figures["op_gap_us"] = _op_gap_us(repeats)
+    figures["op_gap_us"] = _op_gap_us(repeats, rank, status)
     links = {}
     for i in range(world):
         for j in range(i + 1, world):

@@ -42,6 +42,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def restore_strides(buffer: torch.Tensor, stride: tuple | None) -> torch.Tensor:
+    """The received (contiguous) tensor laid out with the strides it had when traced, when those
+    are a dense permutation: later views and in-place ops were traced against that layout."""
+    if stride is None or buffer.dim() == 0 or tuple(buffer.stride()) == tuple(stride):
+        return buffer
+    dims = sorted(range(buffer.dim()), key=lambda d: stride[d])
+    expected = 1
+    for d in dims:
+        if buffer.shape[d] != 1 and stride[d] != expected:
+            return buffer  # overlapping or gapped layout (an expand, a slice): keep it contiguous
+        expected *= buffer.shape[d]
+    out = torch.empty_strided(buffer.shape, stride, dtype=buffer.dtype, device=buffer.device)
+    out.copy_(buffer)
+    return out
+
+
 class RankInterpreter(PlacedInterpreter):
     """Runs one rank's instructions; remote values arrive by ``irecv``, local ones leave by ``isend``."""
 
@@ -94,7 +110,7 @@ class RankInterpreter(PlacedInterpreter):
         work, buffer = self.posted.pop(name)
         self._mark(self.program.index[self.current.name], src)
         work.wait()
-        return buffer
+        return restore_strides(buffer, self.program.instrs[self.program.index[name]].stride)
 
     def store(self, ins, value, device):
         super().store(ins, value, device)

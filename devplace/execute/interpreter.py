@@ -143,6 +143,8 @@ class PlacedInterpreter:
         return move_value(self.program.constants[ins.name], device)
 
     def call_function(self, ins: Instr, args, kwargs, device: torch.device):
+        if ins.target.startswith("profiler::"):
+            return None  # record_function markers the optimizer leaves: no effect on any value
         if isinstance(kwargs.get("device"), torch.device):
             kwargs["device"] = device  # factory ops create on the placed device
         return decode_target(ins.target)(*args, **kwargs)

@@ -43,6 +43,7 @@ class Instr:
     kwargs: dict = field(default_factory=dict)
     shape: tuple | None = None  # of the output tensor, when the output is one tensor
     dtype: torch.dtype | None = None
+    stride: tuple | None = None  # of the output tensor as traced (a receiver restores it)
     inputs: tuple[str, ...] = ()  # names referenced in args/kwargs, in order, without repeats
     after: tuple[str, ...] = ()  # earlier readers of the value this op writes in place: run them first
 
@@ -128,13 +129,14 @@ class Program:
             val = node.meta.get("val")
             shape = tuple(int(s) for s in val.shape) if isinstance(val, torch.Tensor) else None
             dtype = val.dtype if isinstance(val, torch.Tensor) else None
+            stride = tuple(int(s) for s in val.stride()) if isinstance(val, torch.Tensor) else None
             if node.op == "placeholder":
-                instrs.append(Instr(node.name, "placeholder", node.name, shape=shape, dtype=dtype))
+                instrs.append(Instr(node.name, "placeholder", node.name, shape=shape, dtype=dtype, stride=stride))
                 continue
             if node.op == "get_attr":
                 value = getattr(gm, node.target)
                 constants[node.name] = value.detach().clone() if isinstance(value, torch.Tensor) else value
-                instrs.append(Instr(node.name, "get_attr", node.target, shape=shape, dtype=dtype))
+                instrs.append(Instr(node.name, "get_attr", node.target, shape=shape, dtype=dtype, stride=stride))
                 continue
             if node.op != "call_function":
                 raise ExecutionError(f"node {node.name!r} is a {node.op!r} node, which the executor cannot run")
@@ -149,7 +151,7 @@ class Program:
                     holder = current.get(written.name, written.name)
                     after += [r for r in readers.get(holder, []) if r != node.name and r not in after]
             instrs.append(Instr(node.name, "call_function", encode_target(node.target), tuple(args), dict(kwargs),
-                                shape, dtype, tuple(inputs), tuple(after)))
+                                shape, dtype, stride, tuple(inputs), tuple(after)))
             for name in inputs:
                 readers.setdefault(name, []).append(node.name)
             for pos in _mutated_positions(node.target):
