@@ -255,6 +255,7 @@ def random_case(draw):
     model = draw(st.sampled_from(["parallel", "sequential", "duplex"]))
     gap = draw(st.sampled_from([0.0, 0.0, 1.5]))
     perm = draw(st.permutations(range(n)))  # op order need not be topological
+    priority = draw(st.none() | st.lists(st.integers(0, 5).map(float), min_size=n, max_size=n))
     g = OpGraph(
         names=[f"v{i}" for i in range(n)], kinds=[""] * n, device_kinds=["gpu"],
         compute_us=np.array(times)[perm].reshape(n, 1) if n else np.zeros((0, 1)),
@@ -265,7 +266,7 @@ def random_case(draw):
         edge_bytes=np.array(edge_bytes), edge_fixed_us=np.array(fixed, dtype=float),
     )
     c = uniform_cluster(n_dev, latency_us=2.0, bandwidth_bytes_per_us=50.0, comm_model=model, op_gap_us=gap)
-    return g, c, np.array(devices, dtype=np.int64)
+    return g, c, np.array(devices, dtype=np.int64), None if priority is None else np.array(priority)
 
 
 def longest_path_us(g: OpGraph, gap: float) -> float:
@@ -282,18 +283,18 @@ FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCh
 @FAST
 @given(random_case())
 def test_invariants_on_random_dags(case):
-    g, c, devices = case
+    g, c, devices, priority = case
     gap = c.op_gap_us
     sim = Simulator(g, c)
-    r = sim.run(devices)
+    r = sim.run(Placement(devices=devices, priority=priority))
     total = float(g.compute_us.sum()) + g.n_ops * gap
     eps = 1e-9 * (1 + total)
     # never below the compute-only longest path, nor below total work over the devices
     assert r.step_time_us >= longest_path_us(g, gap) - eps
     assert r.step_time_us >= total / c.n_devices - eps
     # the step-only path agrees, and the same input gives the same output
-    assert sim.step_time_us(devices) == r.step_time_us
-    again = Simulator(g, c).run(devices)
+    assert sim.step_time_us(devices, priority) == r.step_time_us
+    again = Simulator(g, c).run(Placement(devices=devices.copy(), priority=priority))
     for attr in ("start_us", "finish_us", "transfer_start_us", "transfer_end_us", "peak_memory_bytes"):
         assert np.array_equal(getattr(r, attr), getattr(again, attr))
     # a device runs one op at a time; an op starts after its inputs finished (and arrived)

@@ -14,7 +14,8 @@ Semantics (docs/simulator.md says the same for users):
 - Memory per device: persistent bytes from time 0; an op's output from its start until its last
   consumer on that device and its outgoing transfers have finished; a received copy from the start of
   its transfer until its last consumer there has finished; temporaries while the op runs. At equal
-  times frees come before allocations.
+  times frees come before allocations; a block that would live for no time (the temporaries of a
+  zero-time op) is not counted.
 
 Everything is plain arrays so numba compiles it once (cached on disk) and a call costs microseconds.
 """
