@@ -167,3 +167,14 @@ def test_uniform_cluster():
     c = uniform_cluster(3, latency_us=4, bandwidth_bytes_per_us=2, memory_bytes=10, op_gap_us=1)
     assert c.n_devices == 3 and c.transfer_us(0, 2, 8) == 8.0
     assert c.to_dict()["latency_us"][1] == [4.0, 0.0, 4.0]
+
+
+def test_the_documented_layout_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "cluster-format.md").read_text()
+    layout = re.search(r"```toml\n(.*?)```", doc, re.S).group(1)
+    c = load_cluster(write(tmp_path, layout, "documented.toml"))
+    assert c.n_devices == 8 and c.transfer_us(0, 1, 25_000) == 5 + 1
+    assert c.transfer_us(0, 5, 10_000) == 15 + 1

@@ -255,3 +255,15 @@ def node(i, **extra):
 def test_bad_dnn_partitioning_files_name_the_culprit(data, pattern):
     with pytest.raises(GraphError, match=pattern):
         dnn_partitioning.from_dict(data, source="graph file 'd.json'")
+
+
+def test_the_documented_example_file_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "graph-format.md").read_text()
+    example = re.search(r"```json\n(.*?)```", doc, re.S).group(1)
+    (tmp_path / "example.json").write_text(example)
+    g = load_graph(tmp_path / "example.json")
+    assert g.n_ops == 4 and g.names[g.mirror[2]] == "matmul" and g.edge_fixed_us[2] == 12.0
+    assert g.colocation_names == ["emb"] and g.role_counts()["update"] == 1
