@@ -263,6 +263,8 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
         latency[:] = lat
         bandwidth[:] = bw
     index = {dev.name: i for i, dev in enumerate(devices)}
+    if not isinstance(links.get("pairs", []), list):
+        raise ClusterError(f"cluster {name!r} field 'links.pairs' must be a list of [[links.pairs]] tables")
     for k, pair in enumerate(links.get("pairs", [])):
         where = f"cluster {name!r} [[links.pairs]] entry {k + 1}"
         ends = pair.get("devices", []) if isinstance(pair, dict) else []

@@ -138,6 +138,19 @@ def test_bad_link_pairs_are_named(tmp_path, pair, pattern):
         load_cluster(path)
 
 
+def test_malformed_tables_are_named():
+    from devplace.cluster import cluster_from_dict
+
+    one = [{"kind": "gpu", "memory_gib": 1, "count": 2}]
+    for spec, pattern in (({"devices": {"kind": "gpu"}}, "field 'devices' must be a list"),
+                          ({"devices": ["gpu"]}, "device entry 1 must be a table"),
+                          ({"devices": one, "links": {"default": 5}}, r"\[links.default\] must be a table"),
+                          ({"devices": one, "links": {"default": {"bandwidth_bytes_per_us": 5}, "pairs": {"a": 1}}},
+                           "'links.pairs' must be a list")):
+        with pytest.raises(ClusterError, match=pattern):
+            cluster_from_dict(spec)
+
+
 def test_missing_default_link_and_bad_files(tmp_path):
     no_links = GOOD.split("[links.default]")[0]
     with pytest.raises(ClusterError, match=r"missing \[links.default\]"):
