@@ -277,6 +277,31 @@ def longest_path_us(g: OpGraph, gap: float) -> float:
     return float(finish.max())
 
 
+def reference_peak_memory(g: OpGraph, n_dev: int, devices: np.ndarray, r) -> np.ndarray:
+    """Peak bytes per device from the rules in docs/simulator.md, as live intervals [alloc, free)
+    over the simulated schedule: independent of the engine's event list and sort."""
+    intervals = [[] for _ in range(n_dev)]  # (alloc, free, bytes)
+    for u in range(g.n_ops):
+        d = devices[u]
+        intervals[d].append((0.0, np.inf, g.persistent_bytes[u]))
+        intervals[d].append((r.start_us[u], r.finish_us[u], g.temp_bytes[u]))
+        free = r.finish_us[u]
+        for v in g.successors(u):
+            if devices[v] == d:
+                free = max(free, r.finish_us[v])
+        for x in np.flatnonzero(r.transfer_op == u):
+            free = max(free, r.transfer_end_us[x])
+            dv = r.transfer_dst[x]
+            last = max(r.finish_us[v] for v in g.successors(u) if devices[v] == dv)
+            intervals[dv].append((r.transfer_start_us[x], last, g.output_bytes[u]))
+        intervals[d].append((r.start_us[u], free, g.output_bytes[u]))
+    peak = np.zeros(n_dev)
+    for d in range(n_dev):
+        for t in {a for a, _, _ in intervals[d]}:
+            peak[d] = max(peak[d], sum(b for a, f, b in intervals[d] if a <= t < f))
+    return peak
+
+
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -313,6 +338,7 @@ def test_invariants_on_random_dags(case):
             continue
         assert used.min() >= -eps and abs(used[-1] - g.persistent_bytes[devices == d].sum()) <= eps
         assert r.peak_memory_bytes[d] == pytest.approx(used.max() if len(used) else 0.0)
+    assert np.allclose(r.peak_memory_bytes, reference_peak_memory(g, c.n_devices, devices, r))
     # on one device the step is exactly the sum of op times plus the gaps
     single = sim.run(np.zeros(g.n_ops, dtype=np.int64))
     assert single.step_time_us == pytest.approx(total, rel=1e-12, abs=1e-9)
