@@ -302,6 +302,67 @@ def reference_peak_memory(g: OpGraph, n_dev: int, devices: np.ndarray, r) -> np.
     return peak
 
 
+def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarray:
+    """Start times by the rules in docs/simulator.md, written as a plain time-stepped loop."""
+    n, n_dev = g.n_ops, c.n_devices
+    prio = g.topo_rank.astype(float) if priority is None else priority
+    start = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    arrival = {}  # (op, device) -> time the op's output is there
+    running = [None] * n_dev
+    queued = [set() for _ in range(n_dev)]
+    free_at = {}  # channel -> time it is free
+    done = set()
+    queued_ops = set()
+
+    def channels(a, b):
+        return {"parallel": [("pair", a, b)], "sequential": [("dev", a), ("dev", b)],
+                "duplex": [("send", a), ("recv", b)]}[c.comm_model]
+
+    t = 0.0
+    while len(done) < n:
+        progress = True
+        while progress:
+            progress = False
+            for u in sorted(v for v in range(n) if finish[v] == t and v not in done):
+                done.add(u)
+                running[devices[u]] = None
+                arrival[u, devices[u]] = t
+                for dv in range(n_dev):
+                    edges = [e for e in g.out_edges(u) if devices[g.edge_dst[e]] == dv and dv != devices[u]]
+                    if not edges:
+                        continue
+                    times = [g.edge_fixed_us[e] if not np.isnan(g.edge_fixed_us[e]) else
+                             (c.latency_us[devices[u], dv] + g.edge_bytes[e] / c.bandwidth_bytes_per_us[devices[u], dv]
+                              if g.edge_bytes[e] > 0 else 0.0) for e in edges]
+                    duration = max(times)
+                    if duration == 0:
+                        arrival[u, dv] = t
+                        continue
+                    chans = channels(devices[u], dv)
+                    begin = max([t] + [free_at.get(ch, 0.0) for ch in chans])
+                    for ch in chans:
+                        free_at[ch] = begin + duration
+                    arrival[u, dv] = begin + duration
+            for v in range(n):
+                if v not in queued_ops and all(arrival.get((p, devices[v]), np.inf) <= t for p in g.predecessors(v)):
+                    queued_ops.add(v)
+                    queued[devices[v]].add(v)
+            for d in range(n_dev):
+                if running[d] is None and queued[d]:
+                    v = min(queued[d], key=lambda o: (prio[o], o))
+                    queued[d].discard(v)
+                    running[d] = v
+                    start[v] = t
+                    finish[v] = t + g.compute_us[v, 0] + c.op_gap_us  # one device kind here
+                    progress = True
+                    break  # a zero-time op may finish now: settle it before the next device
+        future = [f for f in finish if f > t] + [a for a in arrival.values() if a > t]
+        if len(done) < n:
+            t = min(future)
+    return start
+
+
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -339,6 +400,7 @@ def test_invariants_on_random_dags(case):
         assert used.min() >= -eps and abs(used[-1] - g.persistent_bytes[devices == d].sum()) <= eps
         assert r.peak_memory_bytes[d] == pytest.approx(used.max() if len(used) else 0.0)
     assert np.allclose(r.peak_memory_bytes, reference_peak_memory(g, c.n_devices, devices, r))
+    assert np.array_equal(r.start_us, reference_schedule(g, c, devices, priority))
     # on one device the step is exactly the sum of op times plus the gaps
     single = sim.run(np.zeros(g.n_ops, dtype=np.int64))
     assert single.step_time_us == pytest.approx(total, rel=1e-12, abs=1e-9)
