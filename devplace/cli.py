@@ -99,14 +99,19 @@ def fmt_us(us: float) -> str:
 
 
 # ------------------------------------------------------------------ loading helpers
-def load_graph_arg(target: str):
-    """A graph file, or a model target (``zoo:NAME[:k=v]`` / ``file.py:function``) to capture."""
+def is_model_target(target: str) -> bool:
+    return target.startswith("zoo:") or (":" in target and target.split(":", 1)[0].endswith(".py"))
+
+
+def load_graph_arg(target: str, cluster=None):
+    """A graph file, or a model target (``zoo:NAME[:k=v]`` / ``file.py:function``) to capture with
+    roofline costs for ``cluster``'s devices."""
     from devplace.io import load_graph
 
-    if target.startswith("zoo:") or (":" in target and target.split(":", 1)[0].endswith(".py")):
+    if is_model_target(target):
         from devplace.capture import profile_target
 
-        return profile_target(target, cost="roofline")
+        return profile_target(target, cost="roofline", cluster=cluster)
     return load_graph(target)
 
 
@@ -327,28 +332,40 @@ def compare(
     target: str = typer.Argument(..., metavar="TARGET", help="graph file or model target (zoo:NAME[:k=v,...])"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="preset name, TOML path, or from-graph"),
     memory_fraction: Optional[float] = typer.Option(None, "--memory-fraction", help="scale every device's memory (Baechi: 0.3)"),
-    algos: Optional[str] = typer.Option(None, "--algos", help="comma-separated placers (default: all)"),
+    algos: Optional[str] = typer.Option(
+        None, "--algos",
+        help="comma-separated placers, each ALGO[+opt][+fwd] (+opt: co-placement + fusion; +fwd: forward-op "
+             "placement); default: every placer plus m-topo+opt, m-etf+opt, m-sct+opt"),
     seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder for CSV/JSON, plots, trace and report.html"),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
 ):
     """Run the placers on one model and compare their simulated step times."""
     from devplace.compare import compare as run_compare
-    from devplace.placers import available
+    from devplace.compare import default_algos, parse_algo
 
-    graph = load_graph_arg(target)
-    machine = load_cluster_arg(graph, cluster, memory_fraction)
-    names = [a.strip() for a in algos.split(",") if a.strip()] if algos else list(available())
-    unknown = [a for a in names if a not in available()]
-    if unknown:
-        raise DevplaceError(f"no placer named {unknown[0]!r}: use any of {', '.join(available())}")
+    names = [a.strip() for a in algos.split(",") if a.strip()] if algos else default_algos()
+    for name in names:
+        parse_algo(name)  # a misspelt placer fails before a long capture
     status = err_console if as_json else console
+    if is_model_target(target):
+        if cluster in (None, "from-graph"):
+            raise DevplaceError("a model target needs --cluster NAME_OR_TOML (its devices set the roofline costs)")
+        from devplace.cluster import load_cluster
+
+        with status.status(f"capturing {target} with roofline costs for {cluster} (torch; can take a minute)"):
+            graph = load_graph_arg(target, load_cluster(cluster))
+        status.print(f"captured {target}: {graph.n_ops} ops, {graph.n_edges} edges")
+    else:
+        graph = load_graph_arg(target)
+    machine = load_cluster_arg(graph, cluster, memory_fraction)
     finished: list[str] = []
     with status.status(f"placing with {names[0]} (1/{len(names)})") as spinner:
         def progress(row):
             finished.append(row.algorithm)
             took = f"placed in {row.placement_time_s:.2f} s" if row.placement_time_s is not None else "no placement"
-            status.print(f"  {row.algorithm}: {fmt_us(row.step_time_us) if row.step_time_us else '-'} ({took})")
+            step = fmt_us(row.step_time_us) if row.step_time_us else "-"
+            status.print(f"  [{len(finished)}/{len(names)}] {row.algorithm}: {step} ({took})", highlight=False)
             if len(finished) < len(names):
                 spinner.update(f"placing with {names[len(finished)]} ({len(finished) + 1}/{len(names)})")
 
@@ -356,7 +373,8 @@ def compare(
     if out is not None:
         from devplace.report import write_report
 
-        page = write_report(comparison, out, f"{target} on {machine.name}")
+        with status.status(f"writing the report to {out}"):
+            page = write_report(comparison, out, f"{target} on {machine.name}")
     if as_json:
         print_json([row.to_dict() for row in comparison.rows])
         return

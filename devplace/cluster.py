@@ -132,6 +132,32 @@ class Cluster:
         devices = [replace(dev, memory_bytes=dev.memory_bytes * fraction) for dev in self.devices]
         return replace(self, name=f"{self.name}@mem{fraction:g}", devices=devices)
 
+    def with_devices(self, n_devices: int) -> "Cluster":
+        """The same machine with ``n_devices`` devices, for a paper's 2- or 8-GPU setting.
+
+        Only for a uniform cluster (one device kind and memory, one link everywhere): devices are
+        copies of the first, named like the preset's (``gpu0``, ``gpu1``, ...).
+        """
+        if n_devices < 1:
+            raise ClusterError(f"a cluster needs at least one device, not {n_devices!r}")
+        first = self.devices[0]
+        off = ~np.eye(self.n_devices, dtype=bool)
+        uniform = all(replace(dev, name=first.name) == first for dev in self.devices) and (
+            self.n_devices == 1
+            or (np.ptp(self.latency_us[off]) == 0 and np.ptp(self.bandwidth_bytes_per_us[off]) == 0)
+        )
+        if not uniform:
+            raise ClusterError(f"cluster {self.name!r} is not uniform (devices or links differ): write a TOML for "
+                               f"{n_devices} devices instead")
+        base = first.name.rstrip("0123456789") or first.kind
+        devices = [replace(first, name=f"{base}{i}") for i in range(n_devices)]
+        latency = np.full((n_devices, n_devices), self.latency_us[off][0] if self.n_devices > 1 else 0.0)
+        bandwidth = np.full((n_devices, n_devices), self.bandwidth_bytes_per_us[off][0] if self.n_devices > 1 else np.inf)
+        np.fill_diagonal(latency, 0.0)
+        np.fill_diagonal(bandwidth, np.inf)
+        return replace(self, name=f"{self.name}@{n_devices}dev", devices=devices, latency_us=latency,
+                       bandwidth_bytes_per_us=bandwidth)
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,

@@ -12,6 +12,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.colors  # noqa: E402
+import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -85,37 +87,117 @@ def memory_over_time(result: SimResult, path: Path, title: str) -> None:
 
 
 def placement_picture(result: SimResult, path: Path, title: str) -> None:
-    """Ops coloured by device: the graph drawn by topological level when small, else a
-    level-by-time map (each op a dot at its start time and depth)."""
+    """Ops coloured by device: the graph drawn by topological level when small (a person can follow
+    edges), else a layer-by-time heat map (``layer_time_heatmap``)."""
+    if result.graph.n_ops > SMALL_GRAPH_OPS:
+        layer_time_heatmap(result, path, title)
+        return
     g, c = result.graph, result.cluster
     colors = _device_colors(c.n_devices)
-    level = np.zeros(g.n_ops, dtype=np.int64)
+    level = topological_depth(g)
+    fig, ax = plt.subplots(figsize=(12, 6))
+    slot = np.zeros(g.n_ops)
+    counts: dict[int, int] = {}
     for u in g.topo_order:
-        preds = g.predecessors(u)
-        if len(preds):
-            level[u] = level[preds].max() + 1
-    op_colors = [colors[d] for d in result.devices]
-    if g.n_ops <= SMALL_GRAPH_OPS:
-        fig, ax = plt.subplots(figsize=(12, 6))
-        slot = np.zeros(g.n_ops)
-        counts: dict[int, int] = {}
-        for u in g.topo_order:
-            slot[u] = counts.get(int(level[u]), 0)
-            counts[int(level[u])] = slot[u] + 1
-        x, y = level.astype(float), slot
-        for e in range(g.n_edges):
-            s, t = g.edge_src[e], g.edge_dst[e]
-            cross = result.devices[s] != result.devices[t]
-            ax.plot([x[s], x[t]], [y[s], y[t]], color="#d33" if cross else "#ccc", linewidth=0.6 if cross else 0.4, zorder=1)
-        ax.scatter(x, y, c=op_colors, s=18, zorder=2, edgecolors="none")
-        ax.set_xlabel("topological level (red edges cross devices)")
-        ax.set_yticks([])
-    else:
-        fig, ax = plt.subplots(figsize=(12, 6))
-        ax.scatter(result.start_us / 1e3, level, c=op_colors, s=3, edgecolors="none")
-        ax.set_xlabel("start time (ms)")
-        ax.set_ylabel("topological level")
-    handles = [plt.Line2D([], [], marker="o", linestyle="", color=colors[d], label=dev.name) for d, dev in enumerate(c.devices)]
-    ax.legend(handles=handles, fontsize=8, loc="upper right")
+        slot[u] = counts.get(int(level[u]), 0)
+        counts[int(level[u])] = slot[u] + 1
+    x, y = level.astype(float), slot
+    for e in range(g.n_edges):
+        s, t = g.edge_src[e], g.edge_dst[e]
+        cross = result.devices[s] != result.devices[t]
+        ax.plot([x[s], x[t]], [y[s], y[t]], color="#d33" if cross else "#ccc", linewidth=0.6 if cross else 0.4, zorder=1)
+    ax.scatter(x, y, c=[colors[d] for d in result.devices], s=18, zorder=2, edgecolors="none")
+    ax.set_xlabel("topological level (red edges cross devices)")
+    ax.set_yticks([])
+    ax.legend(handles=_device_handles(c, colors), fontsize=8, loc="upper right")
     ax.set_title(title, fontsize=10)
+    _save(fig, path)
+
+
+def _device_handles(cluster, colors) -> list:
+    return [matplotlib.patches.Patch(color=colors[d], label=dev.name) for d, dev in enumerate(cluster.devices)]
+
+
+def topological_depth(graph) -> np.ndarray:
+    """Longest path from a source to each op, in ops."""
+    depth = [0] * graph.n_ops
+    ptr, succ = graph.succ_ptr.tolist(), graph.edge_dst[graph.succ_edge].tolist()
+    for u in graph.topo_order.tolist():
+        below = depth[u] + 1
+        for v in succ[ptr[u]:ptr[u + 1]]:
+            if depth[v] < below:
+                depth[v] = below
+    return np.asarray(depth, dtype=np.int64)
+
+
+def _scope_rows(names: list[str], max_rows: int) -> "tuple[np.ndarray, list[str]] | None":
+    """Rows from module paths (``encoder.layers.0.mm`` -> ``encoder.layers.0``) when most op names
+    have one: the deepest prefix length that gives at most ``max_rows`` scopes."""
+    parts = [n.split(":", 1)[-1].replace("/", ".").split(".")[:-1] for n in names]
+    if sum(1 for p in parts if p) < 0.5 * len(names):
+        return None
+    best = None
+    for k in range(1, max(len(p) for p in parts) + 1):
+        scopes = [".".join(p[:k]) if p else "(no scope)" for p in parts]
+        if len(set(scopes)) > max_rows:
+            break
+        best = scopes
+    if best is None or len(set(best)) < 2:
+        return None
+    labels = sorted(set(best))
+    index = {label: i for i, label in enumerate(labels)}
+    return np.array([index[s] for s in best], dtype=np.int64), labels
+
+
+def layer_time_heatmap(result: SimResult, path: Path, title: str, *, max_rows: int = 40, time_bins: int = 160) -> None:
+    """Rows = layers (module scopes when op names carry them, else bins of topological depth),
+    columns = time bins, colour = the device that computed most of that layer in that bin (paler
+    when it was busy for less of the bin). Shows at a glance which device runs which part when."""
+    g, c = result.graph, result.cluster
+    colors = np.array([matplotlib.colors.to_rgb(x) for x in _device_colors(c.n_devices)])
+    depth = topological_depth(g)
+    scoped = _scope_rows(g.names, max_rows)
+    if scoped is not None:
+        row, labels = scoped
+        ylabel = "layer (module scope of the op names)"
+    else:
+        n_rows = int(min(max_rows, depth.max() + 1))
+        edges = np.linspace(0, depth.max() + 1, n_rows + 1)
+        row = np.clip(np.searchsorted(edges, depth, side="right") - 1, 0, n_rows - 1)
+        labels = [f"depth {int(np.ceil(edges[i]))}-{int(np.ceil(edges[i + 1])) - 1}" for i in range(n_rows)]
+        ylabel = "layer: bin of topological depth (forward at the top, then backward, update)"
+    # order rows by when their ops sit in the graph, so the picture reads top-down as the step runs
+    n_rows = len(labels)
+    mean_depth = np.bincount(row, weights=depth, minlength=n_rows) / np.maximum(np.bincount(row, minlength=n_rows), 1)
+    order = np.argsort(mean_depth, kind="stable")
+    rank = np.empty(n_rows, dtype=np.int64)
+    rank[order] = np.arange(n_rows)
+    row, labels = rank[row], [labels[i] for i in order]
+
+    span_us = max(float(result.step_time_us), 1e-9)
+    width = span_us / time_bins
+    busy = np.zeros((n_rows, time_bins, c.n_devices))
+    start, finish = np.asarray(result.start_us, float), np.asarray(result.finish_us, float)
+    b0 = np.clip((start / width).astype(np.int64), 0, time_bins - 1)
+    b1 = np.clip((np.maximum(finish - 1e-9, start) / width).astype(np.int64), 0, time_bins - 1)
+    one = b0 == b1
+    # an op shorter than a bin still shows: at least 2% of the bin
+    np.add.at(busy, (row[one], b0[one], result.devices[one]), np.maximum(finish[one] - start[one], 0.02 * width))
+    for i in np.flatnonzero(~one):
+        for b in range(b0[i], b1[i] + 1):
+            overlap = min(finish[i], (b + 1) * width) - max(start[i], b * width)
+            busy[row[i], b, result.devices[i]] += max(overlap, 0.0)
+    total = busy.sum(axis=2)
+    dominant = busy.argmax(axis=2)
+    strength = np.where(total > 0, 0.35 + 0.65 * np.clip(total / width, 0, 1), 0.0)[..., None]
+    image = 1.0 - strength * (1.0 - colors[dominant])
+
+    fig, ax = plt.subplots(figsize=(12, max(4.0, 0.22 * n_rows + 1.6)))
+    ax.imshow(image, aspect="auto", interpolation="nearest", extent=(0, span_us / 1e3, n_rows - 0.5, -0.5))
+    ax.set_yticks(range(n_rows), labels, fontsize=7 if n_rows > 25 else 8)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.legend(handles=_device_handles(c, colors), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(f"{title}\n{g.n_ops} ops; colour: device computing most of the layer in the time bin "
+                 f"(paler = busy less of the bin)", fontsize=10)
     _save(fig, path)
