@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from devplace.errors import DevplaceError
+from devplace.fileio import json_default
 
 app = typer.Typer(
     name="devplace",
@@ -70,17 +71,8 @@ def friendly_errors(command: Callable) -> Callable:
 
 
 def print_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
 
-
-def _json_default(value):
-    import numpy as np
-
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
 
 
 def fmt_bytes(n: float) -> str:
@@ -307,18 +299,30 @@ def place(
 
 
 def comparison_table(comparison, title: str) -> Table:
+    """Rows fastest first: step time, speed-up over the best single device, peak memory of each
+    device (the largest when there are more than 4), bytes moved between devices, placement time,
+    and the start of the reason a row has no placement (``failure_notes`` gives all of it)."""
+    peaks = [p for row in comparison.rows for p in row.peak_memory_bytes]
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if peaks and max(peaks) >= s), ("KiB", 2**10))
+    few = comparison.cluster.n_devices <= 4
     table = Table(title=title)
-    for column in ("placer", "step time", "vs single", "peak memory (max)", "moved", "placed in", "note"):
-        table.add_column(column, justify="left" if column in ("placer", "note") else "right")
+    for column in ("placer", "step time", "speed-up", f"peak {unit} per device" if few else f"peak {unit}, largest",
+                   "moved", "placed in", "note"):
+        table.add_column(column, justify="left" if column in ("placer", "note") else "right", no_wrap=True,
+                         min_width=None if column == "note" else max(len(column), 10),
+                         max_width=52 if column == "note" else None)
     for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
         if row.error:
-            table.add_row(row.algorithm, "-", "-", "-", "-", "-", row.error)
+            reason = row.error if len(row.error) <= 36 else row.error[:35] + "…"
+            table.add_row(row.algorithm, "-", "-", "-", "-", "-", f"[red]{'out of memory' if row.oom else 'failed'}:[/] {reason}")
             continue
+        peak = (" ".join(f"{p / scale:.2f}" for p in row.peak_memory_bytes) if few
+                else f"{max(row.peak_memory_bytes) / scale:.2f}")
         table.add_row(
             row.algorithm,
             fmt_us(row.step_time_us),
             f"{row.speedup_vs_single:.2f}x" if row.speedup_vs_single else "-",
-            fmt_bytes(max(row.peak_memory_bytes)),
+            peak,
             fmt_bytes(row.bytes_moved),
             f"{row.placement_time_s:.2f} s",
             "[red]out of memory[/]" if row.oom else ("[green]best[/]" if row is comparison.best else ""),
@@ -378,7 +382,12 @@ def compare(
     if as_json:
         print_json([row.to_dict() for row in comparison.rows])
         return
-    console.print(comparison_table(comparison, f"{target} on {machine.name} ({graph.n_ops} ops)"))
+    table = comparison_table(comparison, f"{target} on {machine.name} ({graph.n_ops} ops)")
+    # piped output has no width: give the table room rather than cut every column to "…"
+    (console if console.is_terminal else Console(width=max(console.width, 130))).print(table)
+    for row in comparison.rows:
+        if row.error and len(row.error) > 36:
+            console.print(f"[bold]{row.algorithm}[/]: {row.error}", highlight=False, soft_wrap=True)
     if out is not None:
         console.print(f"report written to {page}")
 

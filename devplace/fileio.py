@@ -26,3 +26,14 @@ def write_bytes_atomic(path: "str | Path", data: bytes) -> None:
 
 def write_text_atomic(path: "str | Path", text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def json_default(value):
+    """``json.dumps(default=...)`` for numpy scalars and arrays, which json cannot write itself."""
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from devplace.errors import PlacementError
-from devplace.fileio import write_text_atomic
+from devplace.fileio import json_default, write_text_atomic
 
 FORMAT = "devplace-placement"
 VERSION = 1
@@ -98,7 +98,7 @@ class Placement:
         return data
 
     def save(self, path: "str | Path", graph=None) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(graph), default=_json_default))
+        write_text_atomic(path, json.dumps(self.to_dict(graph), default=json_default))
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "placement") -> "Placement":
@@ -160,10 +160,3 @@ def as_placement(placement, graph) -> Placement:
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")

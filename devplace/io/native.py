@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from devplace.errors import GraphError
-from devplace.fileio import write_text_atomic
+from devplace.fileio import json_default, write_text_atomic
 from devplace.graph import ROLE_NAMES, OpGraph, Role
 
 FORMAT = "devplace-graph"
@@ -60,15 +60,8 @@ def to_dict(g: OpGraph) -> dict:
 
 
 def save(g: OpGraph, path: "str | Path") -> None:
-    write_text_atomic(path, json.dumps(to_dict(g), separators=(",", ":"), default=_json_default))
+    write_text_atomic(path, json.dumps(to_dict(g), separators=(",", ":"), default=json_default))
 
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
 def _column(table: dict, key: str, n: int, where: str, default=None, required: bool = False) -> list:

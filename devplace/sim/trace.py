@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 
-from devplace.fileio import write_text_atomic
+from devplace.fileio import json_default, write_text_atomic
 from devplace.graph import ROLE_NAMES
 from devplace.sim.result import SimResult
 
@@ -52,4 +51,4 @@ def chrome_trace(result: SimResult) -> dict:
 
 
 def write_chrome_trace(result: SimResult, path: "str | Path") -> None:
-    write_text_atomic(path, json.dumps(chrome_trace(result), default=lambda v: v.item() if isinstance(v, np.generic) else str(v)))
+    write_text_atomic(path, json.dumps(chrome_trace(result), default=json_default))
