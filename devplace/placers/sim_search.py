@@ -1,0 +1,327 @@
+"""devplace's own placer: start from the best of the baselines, then let the simulator guide a local search.
+
+Every list scheduler decides once per op from an estimate; the simulator knows the real step time.
+So this placer
+
+1. runs the cheap baselines as *seeds* (one device, m-ETF, HEFT, m-SCT, METIS, m-TOPO, the
+   expert rules, each also with Baechi's co-placement + fusion; the costly ones only while the
+   graph is small) and keeps the fastest that fits in memory, each tried with its own schedule
+   order, the topological order and the upward-rank order;
+2. improves it by simulated annealing over *units* that move whole: colocation groups (or lone
+   ops) and Baechi's co-placement groups (``devplace.transforms``), so no move can split a
+   colocation group. Moves: put a unit on another device; swap two units; put a contiguous run of
+   units (a layer) on one device; pull a unit to the device of the op it waits for on the critical
+   path (kills a transfer); move a unit off the busiest device. Half of the picks come from the
+   critical path of the current schedule;
+3. every so often re-orders the schedule (upward rank of the current placement, or topological).
+
+A candidate is judged by ``Simulator.step_time_us`` and, before it is accepted, by the simulator's
+peak memory against each device's capacity (skipped when even the worst case fits every device).
+The best placement seen is returned, so the result is never slower than the best seed: never worse
+than the best single device nor than any seed placer, by construction.
+
+Stopping: after ``max_evals`` simulator calls (default; the result depends only on the inputs and
+``seed``), or earlier when ``time_budget_s`` of wall clock is spent (then it depends on the
+machine's speed; ``options['stopped_by']`` says which).
+
+>>> from devplace.graph import GraphBuilder
+>>> from devplace.cluster import uniform_cluster
+>>> b = GraphBuilder(["gpu"])
+>>> for name in "abcd":
+...     _ = b.add_op(name, compute_us=100.0)
+>>> p = place(b.build(), uniform_cluster(4), max_evals=50, quiet=True)
+>>> sorted(p.devices.tolist())          # four independent ops: one per device
+[0, 1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from devplace.errors import DevplaceError, PlacementError
+from devplace.placement import Placement
+from devplace.placers import register
+from devplace.placers._memory import out_of_memory
+from devplace.placers._moves import Units, upward_rank_us
+from devplace.sim import simulator_for
+
+NAME = "sim-search"
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Every knob of the search, in the order the search uses them. Override any as a place() option."""
+
+    # seeds: ALGO or ALGO+opt (co-placement + fusion); costly ones only on graphs up to a size
+    seeds: tuple = ("single", "expert", "m-topo", "m-etf", "heft", "m-sct", "metis", "round-robin", "random",
+                    "m-topo+opt", "m-etf+opt", "m-sct+opt", "heft+opt", "metis+opt")
+    max_ops_raw: int = 6000          # seeds on the full graph only up to this many ops (else +opt only)
+    max_ops_costly: int = 3000       # m-SCT and HEFT on the full graph only up to this many ops
+    # stopping: an evaluation count by default, so results are reproducible
+    max_evals: int = 2000            # simulator calls in the local search
+    time_budget_s: float | None = 60.0  # wall-clock cap on the whole placement (None: none)
+    # annealing: accept a move d% slower with probability exp(-d / temperature%)
+    temperature_start: float = 0.01  # relative to the best step time
+    temperature_end: float = 0.0002
+    restart_after: int = 250         # evals without a new best -> continue from the best
+    # moves (relative weights) and where they look
+    move_weights: tuple = (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0))
+    critical_share: float = 0.6      # chance a move starts from a unit on the critical path
+    coarse_share: float = 0.5        # chance a move acts on co-placement groups rather than colocation units
+    run_max_units: int = 16          # longest run of units a "run" move shifts
+    # schedule order
+    reorder_every: int = 100         # evals between tries of other schedule orders
+    # output
+    quiet: bool = False              # one line per new best on stderr unless quiet
+
+
+def _config(options: dict) -> SearchConfig:
+    known = {f.name for f in fields(SearchConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise PlacementError(f"{NAME} has no option {', '.join(map(repr, unknown))}: use {', '.join(sorted(known))}")
+    if "seeds" in options:
+        options = options | {"seeds": tuple(options["seeds"])}
+    return replace(SearchConfig(), **options)
+
+
+# ------------------------------------------------------------------------------------- state
+class _Search:
+    """The simulator, the units and the incumbent; ``evaluate`` is the only way a placement is judged."""
+
+    def __init__(self, graph, cluster, config: SearchConfig, seed: int):
+        from devplace.transforms import colocation_units, coplacement_groups
+
+        self.graph, self.cluster, self.config = graph, cluster, config
+        self.sim = simulator_for(graph, cluster)
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.n_dev = cluster.n_devices
+        self.began = time.perf_counter()
+        self.evals = 0
+        self.fine = Units.from_labels(graph, colocation_units(graph))
+        self.coarse = Units.from_labels(graph, coplacement_groups(graph))
+        self.memory_is_ample = self._memory_is_ample()
+        self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
+        self.seed_report: dict[str, float | str] = {}
+        self.shown_us = math.inf
+
+    def _memory_is_ample(self) -> bool:
+        """True if every op, every received copy and the largest temporary fit each device at once."""
+        g = self.graph
+        worst = g.persistent_bytes.sum() + 2 * g.output_bytes.sum() + (g.temp_bytes.max() if g.n_ops else 0.0)
+        return bool(worst <= self.cluster.memory_bytes.min())
+
+    def out_of_time(self) -> bool:
+        budget = self.config.time_budget_s
+        return budget is not None and time.perf_counter() - self.began > budget
+
+    def step_us(self, devices: np.ndarray, priority: np.ndarray | None) -> float:
+        self.evals += 1
+        return self.sim.step_time_us(devices, priority)
+
+    def examine(self, devices: np.ndarray, priority: np.ndarray | None):
+        """Full simulation: (fits in memory, SimResult)."""
+        result = self.sim.run(Placement(devices=devices, priority=priority))
+        return result.fits, result
+
+    def fits(self, devices: np.ndarray, priority: np.ndarray | None) -> bool:
+        return self.memory_is_ample or self.examine(devices, priority)[0]
+
+    def orders(self, devices: np.ndarray) -> list[tuple[str, np.ndarray | None]]:
+        """Schedule orders worth trying for ``devices``: topological and longest-remaining-path first."""
+        rank = upward_rank_us(self.graph, self.cluster, devices, self.sim.op_time_us)
+        return [("topological", None), ("upward rank", -rank)]
+
+    def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
+        """Keep (a copy of) the placement if it beats the best so far; report whether it did."""
+        if step_us < self.best[0]:
+            self.best = (step_us, devices.copy(), None if priority is None else priority.copy(), how)
+            previous = self.shown_us
+            if not self.config.quiet and step_us < previous * 0.999:   # lines for gains of 0.1% or more
+                self.shown_us = step_us
+                gain = f" ({(1 - step_us / previous) * 100:.2f}% better)" if math.isfinite(previous) else ""
+                print(f"[{NAME}] eval {self.evals:5d}  best {step_us / 1e3:10.3f} ms  by {how}{gain}",
+                      file=sys.stderr, flush=True)
+            return True
+        return False
+
+
+# ------------------------------------------------------------------------------------- seeds
+def _seed_specs(config: SearchConfig, n_ops: int) -> list[str]:
+    specs = []
+    for spec in config.seeds:
+        name, *variants = spec.split("+")
+        if name == NAME:
+            continue
+        if not variants and n_ops > config.max_ops_raw:
+            continue
+        if not variants and name in ("m-sct", "heft") and n_ops > config.max_ops_costly:
+            continue
+        specs.append(spec)
+    return specs
+
+
+def _run_seeds(search: _Search) -> None:
+    from devplace.compare import parse_algo
+    from devplace.placers import place as place_with
+
+    graph, cluster = search.graph, search.cluster
+    for spec in _seed_specs(search.config, graph.n_ops):
+        if search.out_of_time() and search.best[1] is not None:
+            search.seed_report[spec] = "skipped: out of time"
+            continue
+        try:
+            name, variant = parse_algo(spec)
+            placement = place_with(graph, cluster, algo=name, seed=search.seed, check=False, **variant)
+        except DevplaceError as exc:
+            search.seed_report[spec] = f"failed: {type(exc).__name__}"
+            continue
+        devices = placement.devices
+        if placement.colocation_violations(graph):
+            search.seed_report[spec] = "failed: split a colocation group"
+            continue
+        tried = [("its own", placement.priority)] if placement.priority is not None else []
+        best_here = math.inf
+        for order, priority in tried + search.orders(devices):
+            step = search.step_us(devices, priority)
+            if step < best_here and search.fits(devices, priority):
+                best_here = step
+                search.offer(step, devices, priority, f"seed {spec} ({order} order)")
+        search.seed_report[spec] = best_here if math.isfinite(best_here) else "failed: over memory"
+
+
+# ------------------------------------------------------------------------------------- moves
+def _critical_info(search: _Search, devices, priority, result=None):
+    """Critical-path ops, the (waiting op, producer) pairs across devices on it, and the busy time per device."""
+    if result is None:
+        _, result = search.examine(devices, priority)
+    path = np.asarray(result.critical_path, dtype=np.int64)
+    pairs = [(int(b), int(a)) for a, b in zip(path[:-1], path[1:]) if devices[a] != devices[b]]
+    return path, pairs, result.busy_us
+
+
+def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tuple[np.ndarray, int]]]:
+    """One random move: (name, [(ops, new device), ...]); an empty list if it found nothing to do."""
+    config, rng, n_dev = search.config, search.rng, search.n_dev
+    path, pairs, busy_us = info
+    units = search.coarse if rng.random() < config.coarse_share else search.fine
+    names = [name for name, _ in config.move_weights]
+    weights = np.array([w for _, w in config.move_weights], dtype=float)
+    move = names[rng.choice(len(names), p=weights / weights.sum())]
+
+    def pick_unit() -> int:
+        if len(path) and rng.random() < config.critical_share:
+            return int(units.unit_of[path[rng.integers(len(path))]])
+        return int(rng.integers(units.n_units))
+
+    def other_device(d: int) -> int:
+        return int((d + 1 + rng.integers(n_dev - 1)) % n_dev)
+
+    if move == "pull" and pairs:
+        waiting, producer = pairs[rng.integers(len(pairs))]
+        if rng.random() < 0.5:
+            return move, [(units.members(int(units.unit_of[waiting])), int(devices[producer]))]
+        return move, [(units.members(int(units.unit_of[producer])), int(devices[waiting]))]
+    if move == "unload":
+        hot, cold = int(np.argmax(busy_us)), int(np.argmin(busy_us))
+        on_hot = path[devices[path] == hot] if len(path) else path
+        candidates = on_hot if len(on_hot) else np.flatnonzero(devices == hot)
+        if hot == cold or not len(candidates):
+            return move, []
+        return move, [(units.members(int(units.unit_of[candidates[rng.integers(len(candidates))]])), cold)]
+    if move == "swap":
+        a, b = pick_unit(), int(rng.integers(units.n_units))
+        da, db = int(devices[units.members(a)[0]]), int(devices[units.members(b)[0]])
+        if da == db:
+            return move, []
+        return move, [(units.members(a), db), (units.members(b), da)]
+    if move == "run":
+        center = pick_unit()
+        length = int(rng.integers(2, config.run_max_units + 1))
+        first = max(0, center - int(rng.integers(length)))
+        last = min(units.n_units - 1, first + length - 1)
+        return move, [(units.run_members(first, last), other_device(int(devices[units.members(center)[0]])))]
+    unit = pick_unit()
+    return "move", [(units.members(unit), other_device(int(devices[units.members(unit)[0]])))]
+
+
+def _anneal(search: _Search) -> str:
+    """Simulated annealing from the best seed; returns what stopped it ("evals" or "time")."""
+    config, rng = search.config, search.rng
+    if search.n_dev < 2 or config.max_evals <= 0:
+        return "evals"
+    current_us, devices, priority, _ = search.best
+    devices = devices.copy()
+    info = _critical_info(search, devices, priority)
+    since_best = 0
+    cooling = (config.temperature_end / config.temperature_start) ** (1.0 / max(config.max_evals, 1))
+    temperature = config.temperature_start
+    budget_end = search.evals + config.max_evals
+    next_reorder = search.evals + config.reorder_every
+    while search.evals < budget_end:
+        if search.out_of_time():
+            return "time"
+        temperature *= cooling
+        move, changes = _propose(search, devices, info)
+        undo = [(ops, devices[ops].copy()) for ops, _ in changes]
+        for ops, d in changes:
+            devices[ops] = d
+        if not changes or all((devices[ops] == old).all() for ops, old in undo):
+            search.evals += 1   # a no-op move still counts, so the loop always ends
+            continue
+        step = search.step_us(devices, priority)
+        worse = (step - current_us) / search.best[0]
+        accept = worse <= 0 or rng.random() < math.exp(-worse / max(temperature, 1e-12))
+        result = None
+        if accept and not search.memory_is_ample:
+            accept, result = search.examine(devices, priority)
+        if not accept:
+            for ops, old in undo:
+                devices[ops] = old
+        else:
+            current_us = step
+            info = _critical_info(search, devices, priority, result)
+            since_best = 0 if search.offer(step, devices, priority, f"{move} move") else since_best + 1
+        if not accept:
+            since_best += 1
+        if search.evals >= next_reorder:
+            next_reorder = search.evals + config.reorder_every
+            for order, candidate in search.orders(devices):
+                step = search.step_us(devices, candidate)
+                if step < current_us and search.fits(devices, candidate):
+                    current_us, priority = step, candidate
+                    search.offer(step, devices, priority, f"{order} order")
+        if since_best >= config.restart_after:
+            current_us, best_devices, best_priority, _ = search.best
+            devices, priority = best_devices.copy(), None if best_priority is None else best_priority.copy()
+            info = _critical_info(search, devices, priority)
+            since_best = 0
+    return "evals"
+
+
+@register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order")
+def place(graph, cluster, *, seed: int = 0, **options) -> Placement:
+    config = _config(options)
+    search = _Search(graph, cluster, config, seed)
+    _run_seeds(search)
+    if search.best[1] is None:
+        raise out_of_memory(graph, cluster, NAME)
+    seed_us, _, _, seed_how = search.best
+    stopped_by = _anneal(search) if graph.n_ops else "evals"
+    step_us, devices, priority, how = search.best
+    if not config.quiet:
+        print(f"[{NAME}] {search.evals} evals in {time.perf_counter() - search.began:.1f} s: "
+              f"{step_us / 1e3:.3f} ms, best seed {seed_us / 1e3:.3f} ms ({seed_how})", file=sys.stderr, flush=True)
+    return Placement(
+        devices=devices, priority=priority,
+        options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
+                 "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how,
+                 "seeds": search.seed_report, "fine_units": search.fine.n_units,
+                 "coarse_units": search.coarse.n_units},
+    )
