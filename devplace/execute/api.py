@@ -37,8 +37,8 @@ class Prepared:
 
 def prepare(target, *, cost: str = "measured", optimizer: str = "adam", repeats: int = 5) -> Prepared:
     """Capture ``target`` (a ``zoo:``/``file.py:fn`` string or a zoo model) once, keeping its trace."""
-    from devplace.capture import capture
-    from devplace.capture.targets import load_target
+    from devplace.torchcapture import capture
+    from devplace.torchcapture.targets import load_target
 
     if isinstance(target, str):
         model, example_inputs, loss_fn, targets = load_target(target)
@@ -108,6 +108,11 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
         placement = Placement.load(placement)
     placement = as_placement(placement, graph)
     n_devices = int(placement.devices.max()) + 1 if len(placement) else 1
+    if cluster is None and backend == "distributed":
+        from devplace.execute.distributed import under_torchrun
+
+        if under_torchrun():
+            raise DevplaceError("under torchrun give --cluster (a TOML from `devplace calibrate` or a preset)")
     if cluster is None:
         from devplace.execute.calibrate import calibrate
 
