@@ -71,17 +71,28 @@ def gantt(result: SimResult, path: Path, title: str) -> None:
 
 
 def memory_over_time(result: SimResult, path: Path, title: str) -> None:
+    """Memory in use per device over the step; capacity lines only when usage comes near them, so a
+    small model's curves are not squashed flat against an 8 GiB ceiling."""
     c = result.cluster
     colors = _device_colors(c.n_devices)
+    timelines = [result.memory_timeline(d) for d in range(c.n_devices)]
+    peak = max((float(used.max()) for _, used in timelines if len(used)), default=0.0)
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if peak >= s), ("KiB", 2**10))
+    show_capacity = peak >= 0.25 * float(c.memory_bytes.min())
     fig, ax = plt.subplots(figsize=(10, 4))
     for d, dev in enumerate(c.devices):
-        times, used = result.memory_timeline(d)
-        if len(times):
-            ax.step(times / 1e3, used / 2**30, where="post", color=colors[d], label=dev.name)
-        ax.axhline(dev.memory_bytes / 2**30, color=colors[d], linestyle=":", linewidth=0.8)
+        times, used = timelines[d]
+        if len(times):  # hold the last level to the end of the step
+            times, used = np.append(times, max(result.step_time_us, times[-1])), np.append(used, used[-1])
+            ax.step(times / 1e3, used / scale, where="post", color=colors[d], label=dev.name)
+        if show_capacity:
+            ax.axhline(dev.memory_bytes / scale, color=colors[d], linestyle=":", linewidth=0.8)
+    capacities = sorted({f"{m / 2**30:.2f} GiB" for m in c.memory_bytes})
+    ax.set_xlim(0, result.step_time_us / 1e3 * 1.01)
     ax.set_xlabel("time (ms)")
-    ax.set_ylabel("memory in use (GiB); dotted: capacity")
-    ax.legend(fontsize=8, ncol=min(c.n_devices, 4))
+    ax.set_ylabel(f"memory in use ({unit})" + ("; dotted: capacity" if show_capacity else ""))
+    ax.legend(fontsize=8, ncol=min(c.n_devices, 4), title=None if show_capacity else f"capacity {', '.join(capacities)}",
+              title_fontsize=8)
     ax.set_title(title, fontsize=10)
     _save(fig, path)
 
