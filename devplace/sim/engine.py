@@ -300,7 +300,7 @@ def memory_events(
                     out_free[u] = finish[v]
             else:
                 x = first_xfer[u]
-                while x < n_xfer and xfer_op[x] == u:
+                while 0 <= x < n_xfer and xfer_op[x] == u:  # -1: u sent nothing (a zero-byte edge)
                     if xfer_dst[x] == devices[v] and finish[v] > copy_free[x]:
                         copy_free[x] = finish[v]
                     x += 1
