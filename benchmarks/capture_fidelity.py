@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 import devplace as dp
-from devplace.capture.costs import CLOCKS
-from devplace.capture.targets import load_target
+from devplace.torchcapture.costs import CLOCKS
+from devplace.torchcapture.targets import load_target
 from devplace.cluster import uniform_cluster
 
 DEFAULT_TARGETS = [

@@ -102,7 +102,7 @@ def cached_graph(target: str):
 
 
 def _capture_child(target: str, path: str) -> None:
-    from devplace.capture import profile_target
+    from devplace.torchcapture import profile_target
 
     graph = profile_target(target, cost="roofline", cluster=load_cluster(PRESET))
     dp.save_graph(graph, path)

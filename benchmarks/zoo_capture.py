@@ -53,7 +53,7 @@ def measure(target: str) -> dict:
 
     import devplace as dp
     from devplace import zoo
-    from devplace.capture import capture
+    from devplace.torchcapture import capture
 
     torch.set_num_threads(1)
     name, config = zoo.parse_target(target)

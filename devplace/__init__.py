@@ -36,8 +36,8 @@ def example_path(name: str) -> Path:
 
 
 def capture(model, example_inputs, loss_fn, optimizer="adam", cost="measured", cluster=None, **options) -> OpGraph:
-    """Capture a PyTorch training step as an OpGraph (imports torch; see ``devplace.capture``)."""
-    from devplace.capture import capture as capture_step
+    """Capture a PyTorch training step as an OpGraph (imports torch; see ``devplace.torchcapture``)."""
+    from devplace.torchcapture import capture as capture_step
 
     return capture_step(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, cluster=cluster, **options)
 

@@ -101,7 +101,7 @@ def load_graph_arg(target: str, cluster=None):
     from devplace.io import load_graph
 
     if is_model_target(target):
-        from devplace.capture import profile_target
+        from devplace.torchcapture import profile_target
 
         return profile_target(target, cost="roofline", cluster=cluster)
     return load_graph(target)
@@ -402,7 +402,7 @@ def profile(
     optimizer: str = typer.Option("adam", "--optimizer", help="optimizer whose update is captured"),
 ):
     """Capture a model's training step as an operator graph."""
-    from devplace.capture import profile_target
+    from devplace.torchcapture import profile_target
     from devplace.cluster import load_cluster
     from devplace.io import save_graph
 

@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import devplace as dp  # noqa: E402
-from devplace.capture import capture, profile_target  # noqa: E402
+from devplace.torchcapture import capture, profile_target  # noqa: E402
+from devplace.torchcapture.costs import LAUNCH_US  # noqa: E402
 from devplace.cluster import cluster_from_dict  # noqa: E402
 from devplace.errors import CaptureError, DevplaceError  # noqa: E402
 from devplace.graph import Role  # noqa: E402
@@ -120,7 +121,7 @@ def test_roofline_times_scale_with_peak_flops():
     model, x = mlp()
     slow = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(1e-3))
     fast = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(2e-3))
-    launch = dp.capture.costs.LAUNCH_US["gpu"]
+    launch = LAUNCH_US["gpu"]
     flops = np.asarray(slow.meta["op_flops"])
     busy = flops > 0
     assert busy.sum() > 10
@@ -135,7 +136,7 @@ def test_roofline_gives_one_column_per_device_kind():
     g = capture(model, x, mse, cost="roofline", cluster=dp.load_cluster("cpu+4gpu"))
     assert g.device_kinds == ["cpu", "gpu"]
     kernel = g.compute_us[:, 1] > 0
-    launch = dp.capture.costs.LAUNCH_US
+    launch = LAUNCH_US
     # the CPU preset has a tenth of the GPU's FLOP/s and bandwidth: 10x the time above the launch cost
     np.testing.assert_allclose(g.compute_us[kernel, 0] - launch["cpu"], 10 * (g.compute_us[kernel, 1] - launch["gpu"]), rtol=0.5)
     assert kernel.sum() > 20
@@ -220,4 +221,7 @@ def test_profile_file_target(tmp_path):
 def test_import_devplace_stays_torch_free():
     code = "import sys, devplace; assert 'torch' not in sys.modules; assert callable(devplace.capture)"
     subprocess.run([sys.executable, "-c", code], check=True)
-    assert callable(dp.capture)  # still callable after devplace.capture (the package) was imported
+    import devplace.torchcapture  # noqa: F401
+
+    # the package has its own name, so importing it leaves the lazy function in place
+    assert dp.capture.__module__ == "devplace" and callable(dp.capture)

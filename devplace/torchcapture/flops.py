@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch.utils import flop_counter
 
-from devplace.capture.memory import tensor_bytes, tensors_in
+from devplace.torchcapture.memory import tensor_bytes, tensors_in
 
 aten = torch.ops.aten
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from devplace.capture.flops import node_bytes, node_flops, op_name
-from devplace.capture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
-from devplace.capture.trace import TracedStep, _phase, mirror_of
+from devplace.torchcapture.flops import node_bytes, node_flops, op_name
+from devplace.torchcapture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
+from devplace.torchcapture.trace import TracedStep, _phase, mirror_of
 from devplace.graph import GraphBuilder, OpGraph, Role
 
 SCALAR_EDGE_BYTES = 8.0  # a Python/symbolic scalar passed between ops

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch
 
-from devplace.capture.memory import mutated_args
+from devplace.torchcapture.memory import mutated_args
 from devplace.cluster import Cluster
 from devplace.errors import CaptureError
 

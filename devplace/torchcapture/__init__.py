@@ -1,5 +1,8 @@
 """Capturing a PyTorch training step as an ``OpGraph`` (needs torch).
 
+The package is ``devplace.torchcapture``, not ``devplace.capture``: importing a submodule binds its
+name on the parent package, which would replace the lazy ``devplace.capture`` function.
+
 >>> import torch, devplace as dp
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
 >>> g = dp.capture(model, torch.randn(3, 4), lambda out: out.square().mean(), cost="roofline",
@@ -13,14 +16,12 @@ bytes) -> ``costs`` (roofline or measured times) -> ``graph_from_fx.build_graph`
 
 from __future__ import annotations
 
-import sys
 import time
-import types
 
-from devplace.capture.costs import local_device_kind, measured_us, roofline_us
-from devplace.capture.graph_from_fx import build_graph, op_stats
-from devplace.capture.targets import load_target
-from devplace.capture.trace import TracedStep, trace_step
+from devplace.torchcapture.costs import local_device_kind, measured_us, roofline_us
+from devplace.torchcapture.graph_from_fx import build_graph, op_stats
+from devplace.torchcapture.targets import load_target
+from devplace.torchcapture.trace import TracedStep, trace_step
 from devplace.errors import CaptureError
 
 COST_MODELS = ("measured", "roofline")
@@ -77,15 +78,5 @@ def profile_target(target: str, *, cost: str = "roofline", cluster=None, optimiz
     graph.meta["source"] = target
     return graph
 
-
-class _CallableModule(types.ModuleType):
-    """Importing ``devplace.capture`` rebinds ``devplace.capture`` from the lazy function to this
-    module; making the module callable keeps ``dp.capture(model, ...)`` working either way."""
-
-    def __call__(self, *args, **kwargs):
-        return capture(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["COST_MODELS", "CaptureError", "TracedStep", "capture", "profile_target", "trace_step"]
