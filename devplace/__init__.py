@@ -35,7 +35,7 @@ def example_path(name: str) -> Path:
     return path
 
 
-def capture(model, example_inputs, loss_fn, optimizer="adam", cost="measured", cluster=None, **options) -> OpGraph:
+def capture(model, example_inputs=None, loss_fn=None, optimizer="adam", cost="measured", cluster=None, **options) -> OpGraph:
     """Capture a PyTorch training step as an OpGraph (imports torch; see ``devplace.torchcapture``)."""
     from devplace.torchcapture import capture as capture_step
 

@@ -217,3 +217,22 @@ def test_expert_reads_captured_fx_names_through_parameters():
     dev = dict(zip(g.names, dp.place(g, uniform_cluster(11), "expert").devices.tolist()))
     assert dev["mm_encoder1"] == dev["param_encoder_layers_1_cell_weight_ih"] == 1
     assert dev["mm_decoder0"] == 0 and dev["mm_decoder1"] == 1 and dev["param_encoder_layers_10_cell_bias"] == 10
+
+
+def test_expert_reads_module_scopes_when_the_graph_records_them():
+    """Captured graphs keep fx op names and record each op's module in meta["op_scope"]."""
+    b = GraphBuilder(["gpu"])
+    names = ["mm_0", "mm_1", "mm_2", "mm_3", "cat_4"]
+    scopes = ["encoder.layers.0.cell", "encoder.layers.1.cell", "decoder.layers.0.cell", "decoder.layers.1.cell",
+              "classifier"]
+    for a in names:
+        b.add_op(a, compute_us=1.0)
+    for a, c in zip(names, names[1:]):
+        b.add_edge(a, c)
+    b.meta["op_scope"] = scopes
+    g = b.build()
+    assert dp.place(g, uniform_cluster(2), "expert").devices.tolist() == [0, 1, 0, 1, 1]
+    # a graph derived from a captured one may keep meta with one scope per original op: names rule then
+    b.meta["op_scope"] = scopes[:-1]
+    with pytest.raises(PlacementError, match="no rule"):
+        dp.place(b.build(), uniform_cluster(2), "expert")

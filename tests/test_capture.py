@@ -117,6 +117,23 @@ def test_backward_ops_mirror_the_forward_op_they_differentiate(mlp_graph):
     assert set(g.names) <= fx_names
 
 
+def test_every_op_records_its_module_scope(mlp_graph):
+    g, _ = mlp_graph
+    scope = g.meta["op_scope"]
+    assert len(scope) == g.n_ops
+    forward = {(g.kinds[i], scope[i]) for i in range(g.n_ops) if g.role[i] == Role.FORWARD}
+    # Sequential(Linear, ReLU, Linear): modules "0", "1", "2"; the loss runs outside the model
+    assert forward == {("t", "0"), ("addmm", "0"), ("relu", "1"), ("detach", "1"), ("t", "2"), ("addmm", "2"),
+                       ("pow", ""), ("mean", "")}
+    for i in np.flatnonzero(g.mirror >= 0):
+        assert scope[i] == scope[g.mirror[i]]
+    for i in range(g.n_ops):
+        if g.role[i] == Role.UPDATE or g.kinds[i] in ("param", "state"):
+            # colocation group "param:2.weight" -> module "2"
+            assert scope[i] == g.colocation_names[g.colocation[i]].removeprefix("param:").rpartition(".")[0]
+    assert {scope[i] for i in ops_of(g, "input")} == {""}
+
+
 def test_roofline_times_scale_with_peak_flops():
     model, x = mlp()
     slow = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(1e-3))
@@ -198,6 +215,9 @@ def test_errors_are_one_clear_sentence():
     gated = nn.Sequential(nn.Linear(4, 4), Gate())
     with pytest.raises(CaptureError, match=r"module 1 \(Gate\) failed"):
         capture(gated, x, mse, cost="roofline", cluster=gpu_cluster(1.0))
+    # the scope hooks are gone even though tracing failed inside a module
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in gated.modules())
+    assert "nn_module_stack" not in torch.fx.traceback.current_meta
     with pytest.raises(CaptureError, match="peak_tflops"):
         capture(model, x, mse, cost="roofline", cluster=dp.cluster.uniform_cluster(2))
     assert issubclass(CaptureError, DevplaceError)
@@ -225,3 +245,50 @@ def test_import_devplace_stays_torch_free():
 
     # the package has its own name, so importing it leaves the lazy function in place
     assert dp.capture.__module__ == "devplace" and callable(dp.capture)
+
+
+@pytest.fixture(scope="module")
+def gnmt_small():
+    from devplace import zoo
+
+    cluster = dp.load_cluster("baechi-4x2080")
+    graph, traced = capture(zoo.build("gnmt", preset="small"), cost="roofline", cluster=cluster, return_trace=True)
+    return graph, traced, cluster
+
+
+def test_gnmt_forward_ops_of_a_layer_carry_its_module_path(gnmt_small):
+    g, traced, _ = gnmt_small
+    scope = g.meta["op_scope"]
+    index = {name: i for i, name in enumerate(g.names)}
+    # the forward ops that read a parameter of encoder layer 0 (its two cells) ran inside that layer
+    readers = set()
+    for node in traced.gm.graph.nodes:
+        if node.op == "placeholder" and node.name.startswith("param_encoder_layers_0_"):
+            readers |= {index[u.name] for u in node.users if u.name in index and g.role[index[u.name]] == Role.FORWARD}
+    assert len(readers) >= 8  # 2 cells x 4 weights and biases, read at least once
+    assert all(scope[i].startswith("encoder.layers.0.") for i in readers)
+    # every LSTM layer's cell ran: forward ops are scoped to each of them
+    forward_scopes = {scope[i] for i in range(g.n_ops) if g.role[i] == Role.FORWARD}
+    for side in ("encoder", "decoder"):
+        for layer in range(1, 4):
+            assert f"{side}.layers.{layer}.cell" in forward_scopes
+    mirrored = np.flatnonzero(g.mirror >= 0)
+    assert len(mirrored) > 1000
+    assert all(scope[i] == scope[g.mirror[i]] for i in mirrored)
+    # op names are still fx node names (an executor maps them back)
+    assert set(g.names) <= {n.name for n in traced.gm.graph.nodes}
+
+
+def test_expert_places_captured_gnmt_layers_by_module_scope(gnmt_small):
+    g, _, cluster = gnmt_small
+    p = dp.place(g, cluster, algo="expert")  # refuses a placement that overflows a device
+    scope = g.meta["op_scope"]
+    layer_devices = {}
+    for i, s in enumerate(scope):
+        parts = s.split(".")
+        if parts[0] in ("encoder", "decoder") and len(parts) > 2 and parts[1] == "layers":
+            layer_devices.setdefault(int(parts[2]), set()).add(int(p.devices[i]))
+    # each of the 4 layers (encoder and decoder side together) on its own one of the 4 devices
+    assert layer_devices == {0: {0}, 1: {1}, 2: {2}, 3: {3}}
+    result = dp.simulate(g, cluster, p)
+    assert (result.peak_memory_bytes <= cluster.memory_bytes).all()

@@ -1,6 +1,8 @@
-"""Baseline: the hand placements of the papers, recognised from the op names of zoo graphs.
+"""Baseline: the hand placements of the papers, recognised from the module paths of zoo graphs.
 
-Rules (regular expressions searched in op names; parts may be joined by ``.`` as in module paths or
+Rules are regular expressions searched in each op's module path when the graph records one
+(``meta["op_scope"]``, which ``devplace.capture`` writes, e.g. ``encoder.layers.1.cell``; ops with an
+empty scope fall back to their name), else in op names (parts may be joined by ``.`` as in module paths or
 by ``_`` as in captured fx names, so ``encoder.layers.1`` matches ``encoder.layers.1.cell.mm`` and
 ``param_encoder_layers_1_cell_weight_ih`` but not ``encoder.layers.10``):
 
@@ -71,9 +73,21 @@ def _layer_numbers(names: list[str], pattern: re.Pattern) -> np.ndarray:
     return out
 
 
+def rule_labels(graph) -> list[str]:
+    """The text the rules read per op: its module scope when the graph records one, else its name.
+
+    A graph derived from a captured one (coarsened, fused) may keep the original ``meta``: scopes
+    are used only when there is one per op.
+    """
+    scopes = graph.meta.get("op_scope")
+    if not isinstance(scopes, list) or len(scopes) != graph.n_ops:
+        return list(graph.names)
+    return [scope or name for scope, name in zip(scopes, graph.names)]
+
+
 def rule_devices(graph, n_devices: int) -> np.ndarray | None:
     """Device per op named by a layer rule (-1: no rule), or None when no layer rule applies."""
-    names = graph.names
+    names = rule_labels(graph)
     enc = _layer_numbers(names, ENCODER_LAYER)
     dec = _layer_numbers(names, DECODER_LAYER)
     lm = _layer_numbers(names, RNNLM_LAYER)
@@ -145,8 +159,9 @@ def _keep_groups(graph, devices: np.ndarray, named: np.ndarray) -> np.ndarray:
 def place(graph, cluster, *, seed: int = 0) -> np.ndarray:
     devices = rule_devices(graph, cluster.n_devices)
     if devices is None:
-        names_conv = any(CONV.search(n) or CONV.search(k) for n, k in zip(graph.names, graph.kinds))
-        if names_conv or any(ANY_LAYER.search(n) for n in graph.names):
+        labels = rule_labels(graph)
+        names_conv = any(CONV.search(n) or CONV.search(k) for n, k in zip(labels, graph.kinds))
+        if names_conv or any(ANY_LAYER.search(n) for n in labels):
             from devplace.placers.single import place as single
 
             return single(graph, cluster, seed=seed)

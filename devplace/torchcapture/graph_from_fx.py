@@ -20,7 +20,7 @@ import torch
 
 from devplace.torchcapture.flops import node_bytes, node_flops, op_name
 from devplace.torchcapture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
-from devplace.torchcapture.trace import TracedStep, _phase, mirror_of
+from devplace.torchcapture.trace import TracedStep, _phase, mirror_of, scope_of
 from devplace.graph import GraphBuilder, OpGraph, Role
 
 SCALAR_EDGE_BYTES = 8.0  # a Python/symbolic scalar passed between ops
@@ -133,7 +133,33 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
     for (src, dst), nbytes in edges.items():
         builder.add_edge(src, dst, bytes=nbytes)
     builder.meta.update(meta)
+    builder.meta["op_scope"] = op_scopes(traced, stats.nodes, mirrors)
     return builder.build()
+
+
+def op_scopes(traced: TracedStep, nodes: list[torch.fx.Node], mirrors: dict[str, str]) -> list[str]:
+    """Module path per op, so placers can read a captured graph's structure (op names stay fx names).
+
+    Forward ops: the innermost module whose forward created them; backward ops: their mirror's;
+    update ops, parameters, buffers and optimizer state: the owning parameter's module; others "".
+    """
+    forward = {n.name: scope_of(n) for n in traced.gm.graph.nodes if _phase(n) == "forward"}
+    out = []
+    for node in nodes:
+        if node.op == "placeholder":
+            kind, owner = traced.placeholder_info[node.name]
+            out.append(owner.rpartition(".")[0] if kind in ("param", "buffer", "state") else "")
+            continue
+        phase = _phase(node)
+        if phase == "forward":
+            out.append(forward[node.name])
+        elif phase == "backward":
+            out.append(forward.get(mirrors.get(node.name), ""))
+        elif phase == "update":
+            out.append((node.meta.get("custom") or {}).get("param", "").rpartition(".")[0])
+        else:
+            out.append("")
+    return out
 
 
 def _producer_resolver(is_op: dict[str, bool]):

@@ -7,7 +7,8 @@ order: parameters, buffers, optimizer state, inputs; ``TracedStep`` says which i
 same ``gm`` can be run again on real tensors (``real_args``) by the measured cost model or an executor.
 
 Every node carries ``meta["custom"]["phase"]`` (forward/backward/update) and, for update ops, the
-parameter it updates. Backward -> forward links come from autograd sequence numbers: the hooks
+parameter it updates; forward nodes carry the stack of modules running when they were created
+(``meta["nn_module_stack"]``, see ``scope_of``). Backward -> forward links come from autograd sequence numbers: the hooks
 torch's AOT autograd uses stamp each backward node with the ``seq_nr`` of the autograd Node it
 runs, and a forward node carries the ``seq_nr`` of the Node it created (see ``mirror_of``).
 """
@@ -104,28 +105,49 @@ def _make_optimizer(name: str, params: list[torch.Tensor]):
 
 
 class _ModuleStack:
-    """Hooks that remember which submodule is running, so a tracing failure can name it."""
+    """Hooks that track which submodule is running, so every fx node records the module path it came
+    from (``meta["nn_module_stack"]``, read by ``scope_of``) and a tracing failure can name the module.
+
+    Setting ``fx_traceback.current_meta`` from hooks is what works here: make_fx copies it onto each
+    node it creates under ``preserve_node_meta()``, while make_fx's ``record_module_stack`` recorded
+    nothing for a model run through ``functional_call``. The caller must ``remove()`` in a finally.
+    """
 
     def __init__(self, model: torch.nn.Module):
-        self.stack: list[str] = []
+        self.stack: list[tuple[str, str]] = []  # (module path, class name), innermost last
         self.handles = []
         for name, module in model.named_modules():
-            label = f"{name or '<root>'} ({type(module).__name__})"
-            self.handles.append(module.register_forward_pre_hook(self._enter(label)))
+            self.handles.append(module.register_forward_pre_hook(self._enter(name, type(module).__name__)))
             self.handles.append(module.register_forward_hook(self._leave))
 
-    def _enter(self, label: str):
+    @property
+    def innermost(self) -> str:
+        path, cls = self.stack[-1]
+        return f"{path or '<root>'} ({cls})"
+
+    def _enter(self, path: str, cls: str):
         def hook(module, args):
-            self.stack.append(label)
+            self.stack.append((path, cls))
+            self._publish()
         return hook
 
     def _leave(self, module, args, output):
         # not called when forward raises, so the innermost failing module stays on top
         self.stack.pop()
+        self._publish()
+
+    def _publish(self) -> None:
+        fx_traceback.current_meta["nn_module_stack"] = {f"{i}:{path}": (path, cls) for i, (path, cls) in enumerate(self.stack)}
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
+
+
+def scope_of(node: torch.fx.Node) -> str:
+    """Path of the innermost module whose forward created ``node`` ("" for the root or no module)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return next(reversed(stack.values()))[0] if stack else ""
 
 
 def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str = "adam", targets=()) -> TracedStep:
@@ -171,7 +193,7 @@ def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str =
                 except CaptureError:
                     raise
                 except Exception:
-                    failure["module"] = modules.stack[-1] if modules.stack else f"<root> ({type(model).__name__})"
+                    failure["module"] = modules.innermost if modules.stack else f"<root> ({type(model).__name__})"
                     raise
                 loss = loss_fn(out, *rest[n_in:])
             _check_loss(loss)
