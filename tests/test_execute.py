@@ -43,6 +43,15 @@ def placements(p):
     return {algo: place(p.graph, c, algo=algo, seed=0) for algo in ALGOS}
 
 
+def params_apart(p):
+    """Parameters, their state, updates and views on device 0, all other ops on device 1: views of
+    weights are sent to device 1, and device 0 updates the weights in place while the backward pass
+    on device 1 may not have taken them yet (the send must not read the updated storage)."""
+    owners = {name for name, kind in p.program.placeholder_kinds.items() if kind == "param"}
+    on_owner = [p.graph.colocation[i] >= 0 or p.program.storage.get(name) in owners for i, name in enumerate(p.graph.names)]
+    return Placement(devices=np.where(on_owner, 0, 1))
+
+
 def children_alive() -> list[int]:
     """PIDs of live processes whose parent is this test process (ranks left behind)."""
     alive = []
@@ -76,7 +85,7 @@ def test_distributed_backend_matches_an_eager_step(prepared):
     """All models x placements in one set of two processes (one start-up)."""
     jobs, labels = [], []
     for model, p in prepared.items():
-        for algo, pl in placements(p).items():
+        for algo, pl in {**placements(p), "params-apart": params_apart(p)}.items():
             check_against_graph(p.program, p.graph, pl, cluster_for(p.graph))
             jobs.append((p.program, make_plan(p.program, p.graph, pl, 2), p.state))
             labels.append((model, algo))
@@ -202,3 +211,15 @@ def test_calibrated_cluster_toml_loads_back(tmp_path):
     cluster = load_cluster(path)
     assert cluster.n_devices == 2 and cluster.op_gap_us == pytest.approx(4.0)
     assert cluster.transfer_us(0, 1, 1 << 20) == pytest.approx(100.0 + (1 << 20) / 1000.0, rel=1e-3)
+
+
+def test_views_of_updated_weights_are_copied_before_sending(prepared):
+    """A send completes asynchronously; a view of a weight that its own device later updates in
+    place must be copied when sent, or the peer may read the updated weight (seen with m-ETF)."""
+    p = prepared["cnn"]
+    written = p.program.written
+    params = [name for name, kind in p.program.placeholder_kinds.items() if kind == "param"]
+    views = [ins.name for ins in p.program.instrs if p.program.storage.get(ins.name) in params and ins.op == "call_function"]
+    assert set(params) <= written and views and set(views) <= written
+    forward_only = [ins.name for ins in p.program.instrs if ins.target.startswith("aten::convolution.")]
+    assert forward_only and not set(forward_only) & written

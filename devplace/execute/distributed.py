@@ -121,7 +121,7 @@ class RankInterpreter(PlacedInterpreter):
             if not isinstance(value, torch.Tensor):
                 raise ExecutionError(f"value {ins.name!r} is not a single tensor and cannot be sent between ranks")
             payload = value.detach()
-            payload = payload.clone() if ins.name in self.written else payload.contiguous()
+            payload = payload.clone(memory_format=torch.contiguous_format) if ins.name in self.written else payload.contiguous()
             for dst, tag in sends:
                 self.pending_sends.append((dist.isend(payload, dst=dst, tag=tag), payload))
 

@@ -92,6 +92,14 @@ def _mutated_positions(target) -> list[int]:
     ]
 
 
+def _returns_alias(target) -> bool:
+    """Whether an ATen op's result shares storage with an argument (views, in-place ops)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    returns = target._schema.returns
+    return len(returns) == 1 and returns[0].alias_info is not None
+
+
 @dataclass
 class Program:
     instrs: list[Instr]
@@ -99,6 +107,7 @@ class Program:
     final: dict[str, str]  # placeholder name -> instruction holding its value after the step
     placeholder_kinds: dict[str, str] = field(default_factory=dict)  # name -> param/buffer/state/input
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    storage: dict[str, str] = field(default_factory=dict)  # view or in-place result -> storage owner
 
     def __post_init__(self) -> None:
         self.index = {ins.name: i for i, ins in enumerate(self.instrs)}
@@ -113,7 +122,8 @@ class Program:
         current: dict[str, str] = {}  # node name -> node holding its latest value
         instrs: list[Instr] = []
         constants: dict[str, torch.Tensor] = {}
-        readers: dict[str, list[str]] = {}  # value holder -> instructions that read it so far
+        readers: dict[str, list[str]] = {}  # storage -> instructions that read it (any alias) so far
+        storage: dict[str, str] = {}  # value -> the value that owns its storage (views share it)
 
         def ref(node: torch.fx.Node) -> Ref:
             return Ref(current.get(node.name, node.name))
@@ -148,12 +158,14 @@ class Program:
             for pos in _mutated_positions(node.target):
                 written = node.args[pos] if pos < len(node.args) else None
                 if isinstance(written, torch.fx.Node):
-                    holder = current.get(written.name, written.name)
-                    after += [r for r in readers.get(holder, []) if r != node.name and r not in after]
+                    owner = storage.get(current.get(written.name, written.name), written.name)
+                    after += [r for r in readers.get(owner, []) if r != node.name and r not in after]
             instrs.append(Instr(node.name, "call_function", encode_target(node.target), tuple(args), dict(kwargs),
                                 shape, dtype, stride, tuple(inputs), tuple(after)))
+            if _returns_alias(node.target) and args and isinstance(args[0], Ref):
+                storage[node.name] = storage.get(args[0].name, args[0].name)
             for name in inputs:
-                readers.setdefault(name, []).append(node.name)
+                readers.setdefault(storage.get(name, name), []).append(node.name)
             for pos in _mutated_positions(node.target):
                 written = node.args[pos] if pos < len(node.args) else None
                 if isinstance(written, torch.fx.Node):
@@ -169,20 +181,21 @@ class Program:
             placeholder = next(n for n, (k, owner) in traced.placeholder_info.items() if k == "param" and owner == pname)
             outputs[f"param:{pname}"] = final[placeholder]
         kinds = {name: kind for name, (kind, _owner) in traced.placeholder_info.items()}
-        return cls(instrs, outputs, final, kinds, constants)
+        return cls(instrs, outputs, final, kinds, constants, storage)
 
     # ------------------------------------------------------------------ analysis
     @property
     def written(self) -> set[str]:
-        """Names of values some instruction later overwrites in place (a send must copy them)."""
-        out: set[str] = set()
+        """Values whose storage (through any view) some op overwrites in place: a send must copy
+        them, or the peer may receive the overwritten data (sends complete asynchronously)."""
+        owners: set[str] = set()
         for ins in self.instrs:
             if ins.op != "call_function":
                 continue
             for pos in _mutated_positions(decode_target(ins.target)):
                 if pos < len(ins.args) and isinstance(ins.args[pos], Ref):
-                    out.add(ins.args[pos].name)
-        return out
+                    owners.add(self.storage.get(ins.args[pos].name, ins.args[pos].name))
+        return {ins.name for ins in self.instrs if self.storage.get(ins.name, ins.name) in owners}
 
     def users(self) -> dict[str, list[str]]:
         users: dict[str, list[str]] = {ins.name: [] for ins in self.instrs}
