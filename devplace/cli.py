@@ -309,7 +309,7 @@ def comparison_table(comparison, title: str) -> Table:
     for column in ("placer", "step time", "speed-up", f"peak {unit} per device" if few else f"peak {unit}, largest",
                    "moved", "placed in", "note"):
         table.add_column(column, justify="left" if column in ("placer", "note") else "right", no_wrap=True,
-                         min_width=None if column == "note" else max(len(column), 10),
+                         min_width=None if column == "note" else max(len(column), 12 if column == "placer" else 10),
                          max_width=52 if column == "note" else None)
     for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
         if row.error:

@@ -1,11 +1,10 @@
 """``make demo``: compare every placer on a 4-layer GNMT and write a report.
 
-GNMT as Baechi ran it (4 LSTM layers of 512 units, vocabulary 30000, batch 128) captured from
-PyTorch with roofline costs for the RTX 2080s of ``baechi-4x2080`` (Baechi's testbed), then every
-placer, and Baechi's three with their optimizations (``+opt``), placed and simulated on that
-cluster. The sequence length is 20 instead of the paper's 40, so the whole demo (capture ~20 s,
-placing ~1 minute) stays well under 3 minutes on a small machine; ``benchmarks/reproduce_papers.py``
-runs the paper's sizes. The report goes to ``out/demo/report.html``.
+GNMT as Baechi ran it (4 LSTM layers of 512 units, vocabulary 30000, batch 128, length 40; 24,787
+ops) captured from PyTorch with roofline costs for the RTX 2080s of ``baechi-4x2080`` (Baechi's
+testbed), then every placer, and Baechi's three with their optimizations (``+opt``), placed and
+simulated on that cluster. About 2 minutes on a loaded 2-core machine (capture ~45 s, sim-search's
+60 s budget, the rest ~20 s; BENCHMARKS.md "Demo"). The report goes to ``out/demo/report.html``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import sys
 
 from devplace.cli import app
 
-TARGET = "zoo:gnmt:layers=4,seq_len=20"
+TARGET = "zoo:gnmt:layers=4,seq_len=40"
 CLUSTER = "baechi-4x2080"
 
 

@@ -125,11 +125,11 @@ def test_large_graph_gets_a_layer_by_time_heat_map(tmp_path, scoped):
     path = tmp_path / "placement.png"
     plots.placement_picture(result, path, "synthetic")
     assert path.read_bytes()[:8] == PNG_MAGIC
-    rows = plots._scope_rows(graph.names, max_rows=30)
+    rows = plots._scope_rows(plots.op_scope_parts(graph), max_rows=30)
     if scoped:  # 40 units do not fit in 30 rows, so the rows are the 10 blocks; in 40 rows they fit
         assert rows is not None and rows[1] == sorted(f"block{i}" for i in range(10))
         assert rows[0][graph.index("block3.unit13.op0")] == rows[1].index("block3")
-        assert len(plots._scope_rows(graph.names, max_rows=40)[1]) == 40
+        assert len(plots._scope_rows(plots.op_scope_parts(graph), max_rows=40)[1]) == 40
     else:
         assert rows is None  # no module paths: bins of topological depth instead
     depth = plots.topological_depth(graph)
@@ -144,3 +144,13 @@ def test_with_devices_builds_an_n_gpu_variant_of_a_uniform_preset():
     assert eight.comm_model == base.comm_model and list(eight.memory_bytes) == [base.memory_bytes[0]] * 8
     with pytest.raises(ClusterError, match="not uniform"):
         dp.load_cluster("cpu+4gpu").with_devices(2)
+
+
+def test_heat_map_rows_follow_a_captured_graphs_op_scope():
+    graph = _layered_graph(40, 10, scoped=False)
+    graph.meta["op_scope"] = [f"encoder.layers.{int(name.split('_')[1]) // 10}" if int(name.split("_")[1]) < 30 else ""
+                              for name in graph.names]
+    rows, labels = plots._scope_rows(plots.op_scope_parts(graph), max_rows=40)
+    assert labels == ["(no module)", "encoder.layers.0", "encoder.layers.1", "encoder.layers.2"]
+    assert labels[rows[graph.index("op_15_3")]] == "encoder.layers.1"
+    assert labels[rows[graph.index("op_35_0")]] == "(no module)"

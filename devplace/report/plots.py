@@ -141,15 +141,23 @@ def topological_depth(graph) -> np.ndarray:
     return np.asarray(depth, dtype=np.int64)
 
 
-def _scope_rows(names: list[str], max_rows: int) -> "tuple[np.ndarray, list[str]] | None":
-    """Rows from module paths (``encoder.layers.0.mm`` -> ``encoder.layers.0``) when most op names
-    have one: the deepest prefix length that gives at most ``max_rows`` scopes."""
-    parts = [n.split(":", 1)[-1].replace("/", ".").split(".")[:-1] for n in names]
-    if sum(1 for p in parts if p) < 0.5 * len(names):
+def op_scope_parts(graph) -> list[list[str]]:
+    """Each op's module path as parts: ``meta['op_scope']`` of a captured graph, else the dotted
+    prefix of its name (``encoder.layers.0.mm`` -> ``encoder``, ``layers``, ``0``)."""
+    scopes = graph.meta.get("op_scope")
+    if isinstance(scopes, list) and len(scopes) == graph.n_ops:
+        return [scope.split(".") if scope else [] for scope in scopes]
+    return [name.split(":", 1)[-1].replace("/", ".").split(".")[:-1] for name in graph.names]
+
+
+def _scope_rows(parts: list[list[str]], max_rows: int) -> "tuple[np.ndarray, list[str]] | None":
+    """Rows from module paths when most ops have one: the deepest prefix length that gives at most
+    ``max_rows`` scopes (ops without a path share one row)."""
+    if sum(1 for p in parts if p) < 0.5 * len(parts):
         return None
     best = None
     for k in range(1, max(len(p) for p in parts) + 1):
-        scopes = [".".join(p[:k]) if p else "(no scope)" for p in parts]
+        scopes = [".".join(p[:k]) if p else "(no module)" for p in parts]
         if len(set(scopes)) > max_rows:
             break
         best = scopes
@@ -167,10 +175,10 @@ def layer_time_heatmap(result: SimResult, path: Path, title: str, *, max_rows: i
     g, c = result.graph, result.cluster
     colors = np.array([matplotlib.colors.to_rgb(x) for x in _device_colors(c.n_devices)])
     depth = topological_depth(g)
-    scoped = _scope_rows(g.names, max_rows)
+    scoped = _scope_rows(op_scope_parts(g), max_rows)
     if scoped is not None:
         row, labels = scoped
-        ylabel = "layer (module scope of the op names)"
+        ylabel = "layer (module path of the ops)"
     else:
         n_rows = int(min(max_rows, depth.max() + 1))
         edges = np.linspace(0, depth.max() + 1, n_rows + 1)
