@@ -292,3 +292,55 @@ def test_expert_places_captured_gnmt_layers_by_module_scope(gnmt_small):
     assert layer_devices == {0: {0}, 1: {1}, 2: {2}, 3: {3}}
     result = dp.simulate(g, cluster, p)
     assert (result.peak_memory_bytes <= cluster.memory_bytes).all()
+
+
+def test_batchnorm_running_stats_are_updated_in_place_and_grouped_with_their_module():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(64, 2))
+    x = torch.randn(2, 3, 4, 4)
+    g, traced = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(1.0), return_trace=True)
+    buffers = ops_of(g, "buffer")
+    assert g.persistent_bytes[buffers].sum() == 2 * 4 * F32 + 8  # running mean, var; int64 batch count
+    group = {int(g.colocation[i]) for i in buffers}
+    assert len(group) == 1 and g.colocation_names[group.pop()] == "buffers:1"
+    members = set(g.colocation_members[g.colocation[buffers[0]]].tolist())
+    # native_batch_norm updates both running stats (its schema does not say so), add_ the batch count
+    assert {g.kinds[i] for i in members} == {"buffer", "native_batch_norm", "add_"}
+    assert all(g.role[i] == Role.FORWARD for i in members if g.kinds[i] != "buffer")
+    # running the traced step on real tensors updates the buffers passed in, as an eager step does
+    args = traced.real_args(model, x)
+    first = len(traced.param_names)
+    traced.gm(*args)
+    model.train()
+    model(x)
+    for k, (name, expected) in enumerate(model.named_buffers()):
+        torch.testing.assert_close(args[first + k], expected, msg=name)
+
+
+def test_fallback_flop_estimates_of_cpu_attention_and_rnn_kernels():
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 12)
+
+        def forward(self, x):  # x [B=2, L=3, E=4], one head
+            q, k, v = self.proj(x).unsqueeze(1).chunk(3, dim=-1)
+            return nn.functional.scaled_dot_product_attention(q, k, v)
+
+    g = capture(Attention(), torch.randn(2, 3, 4), mse, cost="roofline", cluster=gpu_cluster(1.0))
+    flops = np.asarray(g.meta["op_flops"])
+    forward = 2 * (2 * 2 * 1 * 3 * 3 * 4)  # Q K^T and P V: 2 B H L S E each (B=2, H=1, L=S=3, E=4)
+    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_for_cpu")] == [forward]
+    # backward recomputes Q K^T (flash attention keeps no scores), then dV = P^T dO, dP = dO V^T,
+    # dQ = dS K, dK = dS^T Q: five products of 2 B H L S E
+    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_for_cpu_backward")] == [5 * forward // 2]
+
+    lstm = nn.LSTM(3, 5)
+    g = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cost="roofline",
+                cluster=gpu_cluster(1.0))
+    flops = np.asarray(g.meta["op_flops"])
+    tokens = 4 * 2
+    forward = 2 * tokens * (4 * 5 * 3 + 4 * 5 * 5)  # 2 FLOPs per weight element (w_ih, w_hh) per token
+    assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer")] == [forward]
+    assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer_backward")] == [2 * forward]
+    assert {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"} <= set(g.meta["flop_fallback_ops"])

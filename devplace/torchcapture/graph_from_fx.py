@@ -190,14 +190,15 @@ _getitem = _operator.getitem
 
 def _colocation(traced: TracedStep, storages) -> dict[str, str]:
     """Op name -> group: a parameter with its optimizer state, gradient accumulation and update ops;
-    a buffer with the ops that update it in place."""
+    a module's buffers with the ops that update them in place (one group per module, since one op,
+    e.g. batch norm, updates several buffers of its module)."""
     gm = traced.gm
     group_of_storage: dict[int, str] = {}
     groups: dict[str, str] = {}
     nodes = {n.name: n for n in gm.graph.nodes}
     for name, (kind, owner) in traced.placeholder_info.items():
         if kind in ("param", "state", "buffer"):
-            label = f"{'buffer' if kind == 'buffer' else 'param'}:{owner}"
+            label = f"buffers:{owner.rpartition('.')[0]}" if kind == "buffer" else f"param:{owner}"
             groups[name] = label
             for t in tensors_in(nodes[name].meta.get("val")):
                 group_of_storage[storage_key(t)] = label

@@ -57,8 +57,15 @@ def storage_map(gm: torch.fx.GraphModule) -> StorageMap:
     return StorageMap(new_bytes, owner)
 
 
+# ATen ops that write arguments in place without an alias annotation in their schema:
+# op name -> (positions written, position of the flag that must be True for the write).
+# native_batch_norm in training mode updates running_mean and running_var.
+UNDECLARED_WRITES = {"native_batch_norm": ((3, 4), 5)}
+
+
 def mutated_args(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The argument nodes an op writes in place, from the alias annotations of its schema."""
+    """The argument nodes an op writes in place, from the alias annotations of its schema (and
+    ``UNDECLARED_WRITES`` for the ops whose schema does not say so)."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return []
@@ -68,4 +75,7 @@ def mutated_args(node: torch.fx.Node) -> list[torch.fx.Node]:
             value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
             if isinstance(value, torch.fx.Node):
                 out.append(value)
+    written, flag = UNDECLARED_WRITES.get(schema.name.partition("::")[2], ((), None))
+    if written and len(node.args) > flag and node.args[flag] is True:
+        out += [node.args[i] for i in written if isinstance(node.args[i], torch.fx.Node)]
     return out
