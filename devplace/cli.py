@@ -447,7 +447,7 @@ def run(
     console.print(
         f"{backend} on {result.n_devices} devices: measured step {fmt_us(result.measured_step_time_us)} "
         f"(median of {steps}), simulated {fmt_us(result.simulated_step_time_us)} "
-        f"({100 * summary['relative_error']:+.0f}%), loss {result.loss:.6g}, {result.n_transfers} transfers per step"
+        f"({100 * summary['relative_error']:+.0f}% off), loss {result.loss:.6g}, {result.n_transfers} transfers per step"
     )
     if check:
         console.print(f"largest relative difference from an eager step: {error:.2e} ({worst})")

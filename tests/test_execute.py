@@ -223,3 +223,33 @@ def test_views_of_updated_weights_are_copied_before_sending(prepared):
     assert set(params) <= written and views and set(views) <= written
     forward_only = [ins.name for ins in p.program.instrs if ins.target.startswith("aten::convolution.")]
     assert forward_only and not set(forward_only) & written
+
+
+def test_cli_run_prints_measured_and_simulated_step_times(prepared, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    p = prepared["mlp"]
+    placement = placements(p)["round-robin"]
+    placement.save(tmp_path / "placement.json", p.graph)
+    (tmp_path / "two.toml").write_text(
+        'name = "two"\ncomm_model = "duplex"\n[[devices]]\nkind = "cpu"\ncount = 2\nmemory_gib = 4\n'
+        "[links.default]\nlatency_us = 50\nbandwidth_bytes_per_us = 1000\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "devplace.cli", "run", MODELS["mlp"], "--placement", str(tmp_path / "placement.json"),
+         "--cluster", str(tmp_path / "two.toml"), "--steps", "2", "--check", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["measured_step_time_us"] > 0 and data["simulated_step_time_us"] > 0
+    assert len(data["step_times_us"]) == 2 and data["transfers_per_step"] > 0
+    assert data["check"]["max_relative_difference"] <= TOLERANCE
+    bad = subprocess.run(
+        [sys.executable, "-m", "devplace.cli", "run", MODELS["cnn"], "--placement", str(tmp_path / "placement.json"),
+         "--cluster", str(tmp_path / "two.toml")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert bad.returncode == 2 and "made for another graph" in bad.stderr

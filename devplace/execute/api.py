@@ -76,7 +76,7 @@ class RunResult:
             "n_devices": self.n_devices,
             "measured_step_time_us": self.measured_step_time_us,
             "simulated_step_time_us": self.simulated_step_time_us,
-            "relative_error": (self.measured_step_time_us - self.simulated_step_time_us) / self.measured_step_time_us,
+            "relative_error": (self.simulated_step_time_us - self.measured_step_time_us) / self.measured_step_time_us,
             "step_times_us": self.step_times_us,
             "loss": self.loss,
             "transfers_per_step": self.n_transfers,
