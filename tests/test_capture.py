@@ -344,3 +344,18 @@ def test_fallback_flop_estimates_of_cpu_attention_and_rnn_kernels():
     assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer")] == [forward]
     assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer_backward")] == [2 * forward]
     assert {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"} <= set(g.meta["flop_fallback_ops"])
+
+
+def test_measured_times_leave_out_the_clocks_own_cost(monkeypatch):
+    from devplace.torchcapture import costs
+
+    ticks = iter(range(0, 10**12, 7))  # a clock that reads 7 ns more at every call, whatever ran
+    monkeypatch.setitem(costs.CLOCKS, "ticks", lambda: next(ticks))
+    assert costs.clock_overhead_ns(costs.CLOCKS["ticks"]) == 7
+    model, x = mlp()
+    _, traced = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(1.0), return_trace=True)
+    names = [n.name for n in traced.gm.graph.nodes if n.op == "call_function"]
+    ticked = costs.measured_us(traced.gm, traced.real_args(model, x), names, repeats=2, progress=False, clock="ticks")
+    assert (ticked == 0).all()  # each op's window read exactly one empty window
+    real = costs.measured_us(traced.gm, traced.real_args(model, x), names, repeats=2, progress=False, clock="cpu")
+    assert real[names.index("addmm")] > 0
