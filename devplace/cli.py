@@ -95,36 +95,44 @@ def is_model_target(target: str) -> bool:
     return target.startswith("zoo:") or (":" in target and target.split(":", 1)[0].endswith(".py"))
 
 
-def load_graph_arg(target: str, cluster=None):
-    """A graph file, or a model target (``zoo:NAME[:k=v]`` / ``file.py:function``) to capture with
-    roofline costs for ``cluster``'s devices."""
-    from devplace.io import load_graph
+def load_graph_and_cluster(
+    target: str, cluster: Optional[str], memory_fraction: Optional[float] = None, *, need_cluster: bool = True
+):
+    """The graph named by ``target`` and the cluster named by ``--cluster``.
 
-    if is_model_target(target):
-        from devplace.torchcapture import profile_target
-
-        return profile_target(target, cost="roofline", cluster=cluster)
-    return load_graph(target)
-
-
-def load_cluster_arg(graph, cluster: Optional[str], memory_fraction: Optional[float] = None):
-    """``--cluster`` by name or path; ``from-graph`` (the default for dnn-partitioning files) uses
-    the devices the graph file declares."""
+    A graph file loads as it is; ``--cluster from-graph`` (the default for dnn-partitioning files)
+    uses the devices that file declares. A model target (``zoo:NAME[:k=v]``, ``file.py:function``) is
+    captured with roofline costs for the cluster's devices, so it needs ``--cluster``."""
     from devplace.cluster import load_cluster
+    from devplace.io import load_graph
     from devplace.io.dnn_partitioning import cluster_for
 
-    if cluster in (None, "from-graph"):
-        if graph.meta.get("dnn_partitioning"):
-            result = cluster_for(graph)
-        elif cluster is None:
-            raise DevplaceError("give --cluster NAME_OR_TOML (see `devplace clusters`)")
-        else:
-            raise DevplaceError("--cluster from-graph needs a dnn-partitioning graph, which names its devices")
+    if is_model_target(target):
+        if cluster in (None, "from-graph"):
+            raise DevplaceError(
+                f"the model target {target!r} needs --cluster NAME_OR_TOML: its devices set the roofline costs"
+            )
+        machine = load_cluster(cluster)
+        from devplace.torchcapture import profile_target
+
+        with err_console.status(f"capturing {target} with roofline costs for {machine.name} (can take a minute)"):
+            graph = profile_target(target, cost="roofline", cluster=machine)
+        err_console.print(f"captured {target}: {graph.n_ops} ops, {graph.n_edges} edges", highlight=False)
     else:
-        result = load_cluster(cluster)
+        graph = load_graph(target)
+        if cluster in (None, "from-graph") and graph.meta.get("dnn_partitioning"):
+            machine = cluster_for(graph)
+        elif cluster in (None, "from-graph"):
+            if need_cluster:
+                raise DevplaceError(
+                    "give --cluster NAME_OR_TOML (see `devplace clusters`); only dnn-partitioning graphs name their devices"
+                )
+            return graph, None
+        else:
+            machine = load_cluster(cluster)
     if memory_fraction is not None:
-        result = result.with_memory_fraction(memory_fraction)
-    return result
+        machine = machine.with_memory_fraction(memory_fraction)
+    return graph, machine
 
 
 def parse_options(pairs: list[str]) -> dict:
@@ -146,10 +154,11 @@ def parse_options(pairs: list[str]) -> dict:
 @friendly_errors
 def info(
     graph_path: str = typer.Argument(..., metavar="GRAPH", help="graph file (native or dnn-partitioning JSON) or model target"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="for a model target: the cluster whose devices set its costs"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ):
     """Summarise an operator graph: ops, edges, roles, memory, compute."""
-    graph = load_graph_arg(graph_path)
+    graph, _ = load_graph_and_cluster(graph_path, cluster, need_cluster=False)
     summary = graph.summary()
     fallback = graph.meta.get("flop_fallback_ops")
     if fallback is not None:
@@ -216,8 +225,7 @@ def simulate(
     from devplace.sim import simulate as run_simulation
     from devplace.sim import write_chrome_trace
 
-    graph = load_graph_arg(graph_path)
-    target = load_cluster_arg(graph, cluster, memory_fraction)
+    graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
     placement = Placement.load(placement_path)
     result = run_simulation(graph, target, placement)
     if trace is not None:
@@ -276,8 +284,7 @@ def place(
     from devplace.placers import place as run_placer
     from devplace.sim import simulate as run_simulation
 
-    graph = load_graph_arg(graph_path)
-    target = load_cluster_arg(graph, cluster, memory_fraction)
+    graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
     placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
     placement.save(output, graph)
     result = run_simulation(graph, target, placement)
@@ -352,17 +359,7 @@ def compare(
     for name in names:
         parse_algo(name)  # a misspelt placer fails before a long capture
     status = err_console if as_json else console
-    if is_model_target(target):
-        if cluster in (None, "from-graph"):
-            raise DevplaceError("a model target needs --cluster NAME_OR_TOML (its devices set the roofline costs)")
-        from devplace.cluster import load_cluster
-
-        with status.status(f"capturing {target} with roofline costs for {cluster} (torch; can take a minute)"):
-            graph = load_graph_arg(target, load_cluster(cluster))
-        status.print(f"captured {target}: {graph.n_ops} ops, {graph.n_edges} edges")
-    else:
-        graph = load_graph_arg(target)
-    machine = load_cluster_arg(graph, cluster, memory_fraction)
+    graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
     finished: list[str] = []
     with status.status(f"placing with {names[0]} (1/{len(names)})") as spinner:
         def progress(row):
