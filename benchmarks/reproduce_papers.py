@@ -20,6 +20,7 @@ interrupted run picks up where it stopped.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import subprocess
@@ -92,8 +93,10 @@ SUITES = {"baechi": _baechi_cases, "hp": _hp_cases, "colocrl": _colocrl_cases, "
 
 
 # --------------------------------------------------------------------- graph cache
+@functools.cache
 def _capture_code_digest() -> str:
-    """Digest of the capture and zoo sources: a graph captured by older code is captured again."""
+    """Digest of the capture and zoo sources: a graph captured by older code is captured again.
+    Taken once per run, so edits made while it runs do not recapture half the models."""
     package = Path(dp.__file__).parent
     digest = hashlib.sha1()
     for path in sorted([*package.glob("torchcapture/*.py"), *package.glob("zoo/*.py")]):

@@ -185,10 +185,15 @@ def layer_time_heatmap(result: SimResult, path: Path, title: str, *, max_rows: i
         row = np.clip(np.searchsorted(edges, depth, side="right") - 1, 0, n_rows - 1)
         labels = [f"depth {int(np.ceil(edges[i]))}-{int(np.ceil(edges[i + 1])) - 1}" for i in range(n_rows)]
         ylabel = "layer: bin of topological depth (forward at the top, then backward, update)"
-    # order rows by when their ops sit in the graph, so the picture reads top-down as the step runs
+    # order rows by the depth of their forward ops (model order: embedding, layers, head), so the
+    # forward pass runs down the picture and the backward pass back up; rows without forward ops
+    # go by the depth of all their ops
     n_rows = len(labels)
-    mean_depth = np.bincount(row, weights=depth, minlength=n_rows) / np.maximum(np.bincount(row, minlength=n_rows), 1)
-    order = np.argsort(mean_depth, kind="stable")
+    forward = g.role == 0
+    mean_fwd = np.bincount(row[forward], weights=depth[forward], minlength=n_rows)
+    n_fwd = np.bincount(row[forward], minlength=n_rows)
+    mean_all = np.bincount(row, weights=depth, minlength=n_rows) / np.maximum(np.bincount(row, minlength=n_rows), 1)
+    order = np.argsort(np.where(n_fwd > 0, mean_fwd / np.maximum(n_fwd, 1), mean_all), kind="stable")
     rank = np.empty(n_rows, dtype=np.int64)
     rank[order] = np.arange(n_rows)
     row, labels = rank[row], [labels[i] for i in order]
