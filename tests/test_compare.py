@@ -1,6 +1,7 @@
 """Comparing placers: the CLI writes every promised file, a failing placer keeps its row, large
 graphs get a layer-by-time heat map."""
 
+import csv
 import html
 import json
 import subprocess
@@ -47,8 +48,13 @@ def test_cli_compare_on_a_zoo_model_writes_every_file_and_json_rows(tmp_path):
     page = (out / "report.html").read_text()
     for name in REPORT_FILES[1:]:
         assert f'"{name}"' in page, name  # linked by a relative path, so the folder opens from disk
-    csv_lines = (out / "comparison.csv").read_text().splitlines()
-    assert len(csv_lines) == 1 + len(rows) and csv_lines[0].startswith("algorithm,step_time_us")
+    table = list(csv.DictReader((out / "comparison.csv").read_text().splitlines()))
+    assert [r["algorithm"] for r in table] == [r["algorithm"] for r in rows]
+    for line, row in zip(table, rows):
+        assert float(line["step_time_us"]) == pytest.approx(row["step_time_us"])
+        per_device = [float(b) for b in line["peak_memory_bytes_per_device"].split(";")]
+        assert per_device == pytest.approx(row["peak_memory_bytes"], abs=1.0)
+        assert float(line["max_peak_memory_bytes"]) == pytest.approx(max(row["peak_memory_bytes"]))
     assert json.loads((out / "comparison.json").read_text()) == rows
     best = min(rows, key=lambda r: r["step_time_us"])
     assert json.loads((out / "best_placement.json").read_text())["algorithm"] == parse_algo(best["algorithm"])[0]

@@ -15,6 +15,7 @@ from devplace.sim.trace import write_chrome_trace
 
 CSV_COLUMNS = [
     "algorithm", "step_time_us", "speedup_vs_single", "placement_time_s", "max_peak_memory_bytes",
+    "peak_memory_bytes_per_device",
     "bytes_moved", "devices_used", "oom", "error",
 ]
 
@@ -26,6 +27,7 @@ def _csv(comparison: Comparison) -> str:
     for row in comparison.rows:
         data = row.to_dict()
         data["max_peak_memory_bytes"] = max(row.peak_memory_bytes) if row.peak_memory_bytes else ""
+        data["peak_memory_bytes_per_device"] = ";".join(f"{b:.0f}" for b in row.peak_memory_bytes)
         writer.writerow(["" if data[k] is None else data[k] for k in CSV_COLUMNS])
     return buffer.getvalue()
 
