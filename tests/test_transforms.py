@@ -103,6 +103,56 @@ def test_fusion_keeps_graphs_acyclic_and_round_trips(graph, group_count, seed):
         assert len(set(devices[groups == g].tolist())) == 1
 
 
+def contract_by_sets(graph, groups):
+    """The fusion rule done the obvious way (neighbour sets of pieces, passes in topological order):
+    the oracle for the compiled contraction."""
+    piece = list(range(graph.n_ops))
+
+    def find(x):
+        while piece[x] != x:
+            x = piece[x]
+        return x
+
+    def neighbours(p, ends, others):
+        return {find(o) for e, o in zip(ends, others) if find(e) == p} - {p}
+
+    src, dst = graph.edge_src.tolist(), graph.edge_dst.tolist()
+    candidates = sorted({(u, v) for u, v in zip(src, dst) if groups[u] == groups[v]},
+                        key=lambda e: (graph.topo_rank[e[0]], graph.topo_rank[e[1]]))
+    changed = True
+    while changed:
+        changed = False
+        for u, v in candidates:
+            ru, rv = find(u), find(v)
+            if ru != rv and (len(neighbours(ru, src, dst)) == 1 or len(neighbours(rv, dst, src)) == 1):
+                piece[max(ru, rv)] = min(ru, rv)
+                changed = True
+    return [find(i) for i in range(graph.n_ops)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(graph=random_dags(training=True), group_count=st.integers(1, 3), seed=st.integers(0, 1000))
+def test_compiled_fusion_contracts_exactly_what_the_rule_allows(graph, group_count, seed):
+    groups = np.random.default_rng(seed).integers(0, group_count, size=graph.n_ops)
+    roots = contract_by_sets(graph, groups)
+    coarse_of = fuse(graph, groups).coarse_of
+    same_piece = coarse_of[:, None] == coarse_of[None, :]
+    assert (same_piece == (np.array(roots)[:, None] == np.array(roots)[None, :])).all()
+
+
+def test_fusion_hash_table_survives_rebuilds():
+    from devplace.transforms.fusion import _add, _rebuilt, _table
+
+    keys, counts = _table(4)
+    used = np.zeros(1, np.int64)
+    for key in range(5):
+        assert _add(keys, counts, used, key, 1) == 0
+    for key in range(4):
+        assert _add(keys, counts, used, key, -1) == 1      # removed: tombstones stay behind
+    keys, counts = _rebuilt(keys, counts, used)
+    assert used[0] == 1 and _add(keys, counts, used, 4, 1) == 1 and _add(keys, counts, used, 0, 1) == 0
+
+
 @settings(max_examples=40, deadline=None)
 @given(graph=random_dags(training=True))
 def test_optimized_placements_expand_to_valid_placements(graph):

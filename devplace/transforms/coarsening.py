@@ -84,6 +84,19 @@ class Coarsening:
         return Coarsening(self.original, further.graph, further.coarse_of[self.coarse_of])
 
 
+def _distinct(keys: np.ndarray, return_inverse: bool = False):
+    """np.unique of int keys by sorting (numpy 2's hashing unique is several times slower here)."""
+    order = np.argsort(keys, kind="stable") if return_inverse else None
+    ordered = keys[order] if return_inverse else np.sort(keys)
+    new = np.ones(len(ordered), dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    if not return_inverse:
+        return ordered[new]
+    inverse = np.empty(len(keys), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
+
+
 def identity(graph: OpGraph) -> Coarsening:
     return Coarsening(graph, graph, np.arange(graph.n_ops, dtype=np.int64))
 
@@ -107,7 +120,7 @@ def quotient(
     """
     coarse_of = np.ascontiguousarray(coarse_of, dtype=np.int64)
     n_coarse = int(coarse_of.max()) + 1 if len(coarse_of) else 0
-    if len(np.unique(coarse_of)) != n_coarse:
+    if np.count_nonzero(np.bincount(coarse_of, minlength=n_coarse)) != n_coarse:
         raise ValueError("coarse ids must be 0..C-1 with none unused")
     persistent = graph.persistent_bytes if persistent_bytes is None else np.asarray(persistent_bytes, float)
     output = graph.output_bytes if output_bytes is None else np.asarray(output_bytes, float)
@@ -144,40 +157,45 @@ def quotient(
         fixed_max = np.maximum.reduceat(np.nan_to_num(fixed, nan=0.0), starts)
         pair_src, pair_dst = coarse_of[prod[starts]], cons[starts]
         key = pair_src * n_coarse + pair_dst
-        ukey, inverse = np.unique(key, return_inverse=True)
+        ukey, inverse = _distinct(key, return_inverse=True)
         edge_src, edge_dst = ukey // n_coarse, ukey % n_coarse
         edge_bytes = np.bincount(inverse, weights=byte_max, minlength=len(ukey))
         any_fixed = np.bincount(inverse, weights=has_fixed.astype(float), minlength=len(ukey)) > 0
         edge_fixed = np.where(any_fixed, np.bincount(inverse, weights=fixed_max, minlength=len(ukey)), np.nan)
 
-    # names, kinds, roles, mirrors
+    # names, kinds, roles, mirrors: vectorised over coarse ops, only fused ones get a new name
     order = np.argsort(coarse_of, kind="stable")
     bounds = np.searchsorted(coarse_of[order], np.arange(n_coarse + 1))
-    names, kinds = [], []
-    role = np.empty(n_coarse, dtype=np.int8)
-    mirror = np.full(n_coarse, -1, dtype=np.int64)
-    used = set(graph.names)
-    for c in range(n_coarse):
-        members = order[bounds[c] : bounds[c + 1]]
-        first = int(members[0])
-        if len(members) == 1:
-            names.append(graph.names[first])
-            kinds.append(graph.kinds[first])
-        else:
-            name = f"{graph.names[first]}[+{len(members) - 1}]"
+    count = np.diff(bounds)
+    first = order[bounds[:-1]]
+    names = [graph.names[i] for i in first.tolist()]
+    kinds = [graph.kinds[i] for i in first.tolist()]
+    fused = np.flatnonzero(count > 1)
+    if len(fused):
+        used = set(graph.names)
+        for c, i, k in zip(fused.tolist(), first[fused].tolist(), count[fused].tolist()):
+            name = f"{graph.names[i]}[+{k - 1}]"
             while name in used:
                 name += "'"
             used.add(name)
-            names.append(name)
-            kinds.append("fused")
-        roles = graph.role[members]
-        role[c] = roles[0] if (roles == roles[0]).all() else (
-            Role.FORWARD if (roles == Role.FORWARD).any() else int(roles.min()))
-        if role[c] == Role.BACKWARD:
-            mirrored = graph.mirror[members]
-            mirrored = mirrored[mirrored >= 0]
-            if len(mirrored) and coarse_of[mirrored[0]] != c:
-                mirror[c] = coarse_of[mirrored[0]]
+            names[c] = name
+            kinds[c] = "fused"
+    # all members alike: their role; mixed: forward if any member is forward, else the smallest code;
+    # with FORWARD = 0 both are the smallest role of the members
+    role = np.minimum.reduceat(graph.role[order].astype(np.int8), bounds[:-1]) if n_coarse else \
+        np.empty(0, dtype=np.int8)
+    # a backward coarse op mirrors the coarse op of its first member (by index) that mirrors an op,
+    # unless that op is inside it
+    mirror = np.full(n_coarse, -1, dtype=np.int64)
+    if n_coarse:
+        has_mirror = graph.mirror[order] >= 0
+        position = np.where(has_mirror, np.arange(len(order)), len(order))
+        first_mirroring = np.minimum.reduceat(position, bounds[:-1])
+        found = (first_mirroring < bounds[1:]) & (role == Role.BACKWARD)
+        c = np.flatnonzero(found)
+        target = coarse_of[graph.mirror[order[first_mirroring[c]]]]
+        keep = target != c
+        mirror[c[keep]] = target[keep]
 
     if colocation is None:
         colocation = np.full(n_coarse, -1, dtype=np.int64)

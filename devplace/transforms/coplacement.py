@@ -19,40 +19,57 @@ The result is one group id per op (0..G-1, numbered by first op), the input of `
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from devplace.graph import OpGraph
-from devplace.transforms.coarsening import colocation_of_pieces
+from devplace.transforms.coarsening import _distinct, colocation_of_pieces
 
 
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = list(range(n))
-
-    def find(self, x: int) -> int:
-        parent = self.parent
-        root = x
-        while parent[root] != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            if ra < rb:
-                self.parent[rb] = ra
-            else:
-                self.parent[ra] = rb
+@njit(cache=True)
+def _find(parent, x):
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:
+        parent[x], x = root, parent[x]
+    return root
 
 
-def _numbered(uf: _UnionFind, n: int) -> np.ndarray:
-    """Group ids 0..G-1 in order of each group's first op."""
-    roots = np.fromiter((uf.find(i) for i in range(n)), dtype=np.int64, count=n)
-    _, first, inverse = np.unique(roots, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    return rank[inverse]
+@njit(cache=True)
+def _union_roots(n, first, second):
+    """Root (smallest member) of each op after joining ``first[k]`` with ``second[k]`` for every k."""
+    parent = np.arange(n)
+    for k in range(first.shape[0]):
+        ra, rb = _find(parent, first[k]), _find(parent, second[k])
+        if ra < rb:
+            parent[rb] = ra
+        elif rb < ra:
+            parent[ra] = rb
+    for i in range(n):
+        parent[i] = _find(parent, i)
+    return parent
+
+
+def _numbered_roots(roots: np.ndarray) -> np.ndarray:
+    """Group ids 0..G-1 in order of each group's first op, from roots that are each group's smallest op."""
+    is_root = roots == np.arange(len(roots))
+    return (np.cumsum(is_root) - 1)[roots]
+
+
+def _colocation_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(first member, member) of every colocation group, as pairs to join."""
+    grouped = np.flatnonzero(graph.colocation >= 0)
+    members = graph.colocation[grouped]
+    first = np.full(len(graph.colocation_names) + 1, -1, dtype=np.int64)
+    first[members[::-1]] = grouped[::-1]          # smallest member of each group
+    return first[members], grouped
+
+
+def join_pairs(n: int, first, second) -> np.ndarray:
+    """Group ids (numbered by first op) after joining each op ``first[k]`` with ``second[k]``."""
+    first = np.ascontiguousarray(first, dtype=np.int64)
+    second = np.ascontiguousarray(second, dtype=np.int64)
+    return _numbered_roots(_union_roots(n, first, second))
 
 
 def colocation_units(graph: OpGraph) -> np.ndarray:
@@ -64,29 +81,29 @@ def colocation_units(graph: OpGraph) -> np.ndarray:
     >>> colocation_units(chain_graph([1.0, 2.0])).tolist()
     [0, 1]
     """
-    uf = _UnionFind(graph.n_ops)
-    for members in graph.colocation_members:
-        for m in members[1:]:
-            uf.union(int(members[0]), int(m))
-    return _numbered(uf, graph.n_ops)
+    return join_pairs(graph.n_ops, *_colocation_pairs(graph))
 
 
 def coplacement_groups(graph: OpGraph, *, single_consumer: bool = True, mirror: bool = True) -> np.ndarray:
-    """Baechi's co-placement groups (see the module docstring); one group id per op."""
+    """Baechi's co-placement groups (see the module docstring); one group id per op.
+
+    Vectorised: a 30k-op graph takes milliseconds, not the half second of a loop over ops."""
     n = graph.n_ops
-    uf = _UnionFind(n)
-    for members in graph.colocation_members:
-        for m in members[1:]:
-            uf.union(int(members[0]), int(m))
-    if single_consumer:
-        for u in range(n):
-            consumers = np.unique(graph.successors(u))
-            if len(consumers) == 1:
-                uf.union(u, int(consumers[0]))
+    firsts, seconds = [], []
+    a, b = _colocation_pairs(graph)
+    firsts.append(a)
+    seconds.append(b)
+    if single_consumer and graph.n_edges:
+        pair = _distinct(graph.edge_src * np.int64(n) + graph.edge_dst)   # distinct (producer, consumer)
+        producer, consumer = pair // n, pair % n
+        only = np.bincount(producer, minlength=n)[producer] == 1
+        firsts.append(producer[only])
+        seconds.append(consumer[only])
     if mirror:
-        for b in np.flatnonzero(graph.mirror >= 0):
-            uf.union(int(b), int(graph.mirror[b]))
-    return _numbered(uf, n)
+        backward = np.flatnonzero(graph.mirror >= 0)
+        firsts.append(backward)
+        seconds.append(graph.mirror[backward])
+    return join_pairs(n, np.concatenate(firsts), np.concatenate(seconds))
 
 
 def with_groups_as_colocation(graph: OpGraph, groups: np.ndarray, prefix: str = "coplace") -> OpGraph:

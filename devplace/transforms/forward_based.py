@@ -30,7 +30,7 @@ import numpy as np
 
 from devplace.graph import OpGraph, Role
 from devplace.transforms.coarsening import Coarsening, colocation_of_pieces, quotient
-from devplace.transforms.coplacement import _numbered, _UnionFind
+from devplace.transforms.coplacement import _colocation_pairs, join_pairs
 
 
 def forward_leaders(graph: OpGraph) -> np.ndarray:
@@ -67,12 +67,9 @@ def forward_view(graph: OpGraph) -> Coarsening:
 
     # original colocation groups become groups of their members' leaders
     n_view = int(is_leader.sum())
-    uf = _UnionFind(n_view)
-    for members in graph.colocation_members:
-        views = np.unique(coarse_of[members])
-        for v in views[1:]:
-            uf.union(int(views[0]), int(v))
-    colocation, names = colocation_of_pieces(_numbered(uf, n_view), prefix="follow")
+    first, member = _colocation_pairs(graph)
+    colocation, names = colocation_of_pieces(join_pairs(n_view, coarse_of[first], coarse_of[member]),
+                                             prefix="follow")
     return quotient(
         graph, coarse_of, colocation=colocation, colocation_names=names, keep_edge=keep_edge,
         persistent_bytes=persistent, output_bytes=output,
