@@ -13,6 +13,8 @@ def write_bytes_atomic(path: "str | Path", data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); give it the mode a plain open() would
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.replace(tmp, path)
@@ -22,6 +24,12 @@ def write_bytes_atomic(path: "str | Path", data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: "str | Path", text: str) -> None:

@@ -85,3 +85,19 @@ def test_compare_writes_report_and_json_rows(tmp_path):
                  "best_memory.png", "best_placement.png", "best_trace.json"):
         assert (out / name).stat().st_size > 0, name
     assert "best_timeline.png" in (out / "report.html").read_text()
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    from devplace.fileio import write_text_atomic
+
+    path = tmp_path / "x.json"
+    write_text_atomic(path, "{}")
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_current_umask()
+
+
+def _current_umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
