@@ -85,7 +85,7 @@ def test_search_improves_on_m_etf_where_its_greedy_is_poor():
     assert step_us(g, c, dp.place(g, c, "single")) == 240.0
     etf = step_us(g, c, dp.place(g, c, "m-etf"))
     # seeded with m-ETF alone, so any gain is the search's own
-    p = dp.place(g, c, "sim-search", seeds=("m-etf",), max_evals=400, quiet=True)
+    p = dp.place(g, c, "sim-search", seeds=("m-etf",), max_evals=400, quiet=True, pipeline_starts=False)
     assert p.options["best_seed"].startswith("seed m-etf")
     assert etf > 1000.0          # the trap works: ETF pays a 1000 us transfer
     assert step_us(g, c, p) == 120.0  # one device per copy
@@ -117,3 +117,56 @@ def test_zero_byte_edge_across_devices_with_no_transfer_at_all():
     result = dp.simulate(g, c, [0, 1])
     assert len(result.transfer_op) == 0 and result.step_time_us == 30.0
     assert result.peak_memory_bytes.tolist() == [100.0, 100.0]
+
+
+def layer_chain(layers: int = 12, activation_bytes: float = 1e9) -> dp.OpGraph:
+    """A training step of a chain of layers: forward f0..fL-1, backward bL-1..b0.
+
+    Each forward output (an activation) lives until its layer's backward op, and each backward
+    output (a gradient of the same size) until the next backward op: on one device the peak holds
+    every activation at once, while a sum-of-bytes model counts activations and gradients alike."""
+    b = GraphBuilder(["gpu"])
+    for k in range(layers):
+        b.add_op(f"f{k}", compute_us=100.0, output_bytes=activation_bytes, persistent_bytes=1e6)
+        if k:
+            b.add_edge(f"f{k - 1}", f"f{k}", bytes=activation_bytes)
+    for k in reversed(range(layers)):
+        b.add_op(f"b{k}", compute_us=200.0, output_bytes=activation_bytes, role="backward", mirror=f"f{k}")
+        b.add_edge(f"f{k}", f"b{k}", bytes=activation_bytes)
+        if k < layers - 1:
+            b.add_edge(f"b{k + 1}", f"b{k}", bytes=activation_bytes)
+    return b.build()
+
+
+def test_tight_memory_repair_finds_a_fit_where_no_device_and_no_baechi_placer_does():
+    g = layer_chain()
+    one_device_peak = dp.simulate(g, uniform_cluster(1), [0] * g.n_ops).peak_memory_bytes[0]
+    c = uniform_cluster(4, memory_bytes=0.4 * one_device_peak, bandwidth_bytes_per_us=1e4)
+    assert g.output_bytes.sum() > c.memory_bytes.sum()    # the never-freeing count cannot fit it
+    for baseline in ("single", "m-etf", "m-topo"):
+        with pytest.raises(OutOfMemoryError):
+            dp.place(g, c, baseline)
+    p = dp.place(g, c, "sim-search", max_evals=100, quiet=True, seeds=("single", "m-etf", "round-robin"))
+    result = dp.simulate(g, c, p)                          # place() checked it too; check it here anyway
+    assert (result.peak_memory_bytes <= c.memory_bytes).all() and len(set(p.devices.tolist())) >= 3
+    assert p.colocation_violations(g) == []
+    # a backward op runs where its forward op ran: its activation never crosses a device
+    assert all(p.devices[g.index(f"b{k}")] == p.devices[g.index(f"f{k}")] for k in range(12))
+
+
+def test_oom_error_names_the_least_overflow_and_the_largest_groups():
+    g = layer_chain()
+    c = uniform_cluster(4, memory_bytes=2.5e9, bandwidth_bytes_per_us=1e4)   # 12 activations cannot fit in 10 GB
+    with pytest.raises(OutOfMemoryError, match=r"least total overflow is [0-9.]+ GiB.*largest groups") as err:
+        dp.place(g, c, "sim-search", max_evals=50, repair_max_evals=200, quiet=True, seeds=("single",))
+    assert "'f" in str(err.value)     # a forward op (with its backward) is named as a group
+
+
+def test_repair_is_deterministic_for_a_seed():
+    g = layer_chain()
+    peak = dp.simulate(g, uniform_cluster(1), [0] * g.n_ops).peak_memory_bytes[0]
+    c = uniform_cluster(4, memory_bytes=0.4 * peak, bandwidth_bytes_per_us=1e4)
+    runs = [dp.place(g, c, "sim-search", seed=5, max_evals=80, quiet=True, seeds=("round-robin",))
+            for _ in range(2)]
+    assert runs[0].devices.tolist() == runs[1].devices.tolist()
+    assert runs[0].options["evals"] == runs[1].options["evals"]

@@ -80,3 +80,67 @@ def upward_rank_us(graph, cluster, devices: np.ndarray, op_time_us: np.ndarray) 
     own = op_time_us[np.arange(graph.n_ops), devices] + float(cluster.op_gap_us)
     return bottom_levels(graph.topo_order.astype(np.int64), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
                          own, edge_transfer_us(graph, cluster, devices))
+
+
+# ---------------------------------------------------------------- memory repair and pipelines
+def leader_units(graph) -> Units:
+    """Each forward op with the backward and update ops that follow it (``forward_leaders``).
+
+    Moving a forward op without its backward ops frees nothing: the simulator then keeps a copy of
+    the activation on the old device until the backward op there has run. These units are not closed
+    under colocation (that closure merges whole LSTM stacks on GNMT), so a move widens them with
+    ``with_colocation``."""
+    from devplace.transforms import forward_leaders
+
+    return Units.from_labels(graph, forward_leaders(graph))
+
+
+def with_colocation(fine: Units, ops: np.ndarray) -> np.ndarray:
+    """``ops`` plus every op that must share a device with one of them (``fine``: colocation units)."""
+    touched = np.zeros(fine.n_units, dtype=bool)
+    touched[fine.unit_of[ops]] = True
+    return np.flatnonzero(touched[fine.unit_of])
+
+
+def respect_colocation(fine: Units, devices: np.ndarray) -> np.ndarray:
+    """Put every colocation unit on the device of its member with the lowest op index."""
+    return devices[_earliest_member(fine)][fine.unit_of]
+
+
+def _earliest_member(fine: Units) -> np.ndarray:
+    """Per unit, its member op with the lowest op index (stable across calls)."""
+    out = np.full(fine.n_units, np.iinfo(np.int64).max)
+    np.minimum.at(out, fine.unit_of, np.arange(len(fine.unit_of)))
+    return out
+
+
+def pipeline_devices(units: Units, weight: np.ndarray, device_order: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """One device per unit: contiguous runs of units (in step order) whose ``weight`` follows ``share``.
+
+    Training graphs keep a layer's activations until its backward op, so cutting the forward pass
+    into consecutive stages (each stage's backward ops following it) splits the activation memory
+    with one activation crossing per cut, where a sum-of-bytes cut (m-TOPO) overcounts reuse."""
+    total = float(weight.sum())
+    if total <= 0 or len(device_order) == 1:
+        return np.full(units.n_units, int(device_order[0]), dtype=np.int64)
+    bounds = np.cumsum(share / share.sum())[:-1] * total
+    middle = np.cumsum(weight) - weight / 2           # a unit goes to the stage holding its middle
+    return np.asarray(device_order, dtype=np.int64)[np.searchsorted(bounds, middle, side="right")]
+
+
+def live_bytes_at_peak(result) -> np.ndarray:
+    """Per op, the bytes it holds on its device at that device's peak: persistent, plus its output
+    if the output is alive then (from its start to its last consumer on the same device)."""
+    g, devices = result.graph, result.devices
+    n_dev = result.cluster.n_devices
+    peak_time = np.zeros(n_dev)
+    for d in range(n_dev):
+        times, used = result.memory_timeline(d)
+        if len(used):
+            peak_time[d] = times[int(np.argmax(used))]
+    same = devices[g.edge_src] == devices[g.edge_dst]
+    free = result.finish_us.copy()
+    np.maximum.at(free, g.edge_src[same], result.finish_us[g.edge_dst[same]])
+    t = peak_time[devices]
+    alive = (result.start_us <= t) & (free > t)
+    return g.persistent_bytes + np.where(alive, g.output_bytes, 0.0)

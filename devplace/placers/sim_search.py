@@ -43,14 +43,17 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from devplace.errors import DevplaceError, PlacementError
+from devplace.errors import DevplaceError, OutOfMemoryError, PlacementError
 from devplace.placement import Placement
 from devplace.placers import register
 from devplace.placers._memory import out_of_memory
-from devplace.placers._moves import Units, upward_rank_us
+from devplace.placers._moves import (
+    Units, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, upward_rank_us, with_colocation,
+)
 from devplace.sim import simulator_for
 
 NAME = "sim-search"
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class SearchConfig:
 
     # seeds: ALGO or ALGO+opt (co-placement + fusion); costly ones only on graphs up to a size
     seeds: tuple = ("single", "expert", "m-topo", "m-etf", "heft", "m-sct", "metis", "round-robin", "random",
-                    "m-topo+opt", "m-etf+opt", "m-sct+opt", "heft+opt", "metis+opt")
+                    "m-topo+opt", "m-etf+opt", "m-sct+opt", "heft+opt", "metis+opt", "metis+fwd")
     max_ops_raw: int = 6000          # seeds on the full graph only up to this many ops (else +opt only)
     max_ops_costly: int = 3000       # m-SCT and HEFT on the full graph only up to this many ops
     # stopping: an evaluation count by default, so results are reproducible
@@ -76,6 +79,14 @@ class SearchConfig:
     run_max_units: int = 16          # longest run of units a "run" move shifts
     # schedule order
     reorder_every: int = 100         # evals between tries of other schedule orders
+    # tight memory: pipeline starts, and a repair phase when no start fits
+    pipeline_starts: bool = True     # forward pass cut into consecutive stages (backward ops follow) as starts
+    pipeline_rebalance: int = 3      # cuts per stage count, each re-weighting a stage by its simulated peak
+    repair_max_evals: int = 1000     # simulator calls to remove the overflow when no start fits
+    repair_patience: int = 150       # evals without less overflow -> repair the next start instead
+    repair_starts: int = 3           # how many of the least-overflowing starts the repair may try
+    repair_run_share: float = 0.5    # chance a repair move shifts a run of groups at a stage's edge
+    repair_run_fraction: float = 0.25  # longest run: this share of the overflowing device's groups
     # output
     quiet: bool = False              # one line per new best on stderr unless quiet
 
@@ -106,8 +117,12 @@ class _Search:
         self.evals = 0
         self.fine = Units.from_labels(graph, colocation_units(graph))
         self.coarse = Units.from_labels(graph, coplacement_groups(graph))
+        self.leaders = leader_units(graph)      # forward op + the ops that follow it; widened by colocation
         self.memory_is_ample = self._memory_is_ample()
         self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
+        self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
+        self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
+        self.repair_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf
 
@@ -132,6 +147,24 @@ class _Search:
 
     def fits(self, devices: np.ndarray, priority: np.ndarray | None) -> bool:
         return self.memory_is_ample or self.examine(devices, priority)[0]
+
+    def measure(self, devices: np.ndarray, priority: np.ndarray | None):
+        """Full simulation counted as an eval: (total overflow bytes, step us, SimResult)."""
+        self.evals += 1
+        result = self.sim.run(Placement(devices=devices.copy(), priority=priority))
+        overflow = float(np.maximum(result.peak_memory_bytes - self.cluster.memory_bytes, 0.0).sum())
+        if self.least is None or (overflow, result.step_time_us) < self.least[:2]:
+            self.least = (overflow, result.step_time_us, result)
+        return overflow, result.step_time_us, result
+
+    def consider(self, devices: np.ndarray, priority, how: str):
+        """A start: offered if it fits, else kept for the repair; returns ``measure``'s triple."""
+        overflow, step, result = self.measure(devices, priority)
+        if overflow > 0:
+            self.starts.append((overflow, step, devices.copy(), None if priority is None else priority.copy(), how))
+        else:
+            self.offer(step, devices, priority, how)
+        return overflow, step, result
 
     def orders(self, devices: np.ndarray) -> list[tuple[str, np.ndarray | None]]:
         """Schedule orders worth trying for ``devices``: topological and longest-remaining-path first."""
@@ -158,6 +191,8 @@ def _seed_specs(config: SearchConfig, n_ops: int) -> list[str]:
     for spec in config.seeds:
         name, *variants = spec.split("+")
         if name == NAME:
+            continue
+        if variants == ["fwd"] and n_ops > 4 * config.max_ops_raw:
             continue
         if not variants and n_ops > config.max_ops_raw:
             continue
@@ -189,11 +224,154 @@ def _run_seeds(search: _Search) -> None:
         tried = [("its own", placement.priority)] if placement.priority is not None else []
         best_here = math.inf
         for order, priority in tried + search.orders(devices):
-            step = search.step_us(devices, priority)
-            if step < best_here and search.fits(devices, priority):
-                best_here = step
-                search.offer(step, devices, priority, f"seed {spec} ({order} order)")
+            how = f"seed {spec} ({order} order)"
+            if search.memory_is_ample:
+                step = search.step_us(devices, priority)
+                if step < best_here:
+                    best_here = step
+                    search.offer(step, devices, priority, how)
+            else:
+                overflow, step, _ = search.consider(devices, priority, how)
+                if overflow == 0:
+                    best_here = min(best_here, step)
         search.seed_report[spec] = best_here if math.isfinite(best_here) else "failed: over memory"
+
+
+def _pipeline_starts(search: _Search) -> None:
+    """Consecutive stages of forward ops on 2..n devices (the largest ones), backward and update ops
+    with their forward op, colocation groups whole; each stage count is cut ``pipeline_rebalance``
+    times, the next cut scaling each stage's weight by its simulated peak over its planned bytes."""
+    graph, cluster, units = search.graph, search.cluster, search.leaders
+    if not search.config.pipeline_starts or search.n_dev < 2 or not graph.n_ops:
+        return
+    base = np.bincount(units.unit_of, weights=graph.persistent_bytes + graph.output_bytes, minlength=units.n_units)
+    base = np.maximum(base, 1.0)          # every group weighs something, so a stage is never empty of work
+    largest = np.argsort(-cluster.memory_bytes, kind="stable")
+    for stages in range(2, search.n_dev + 1):
+        order = np.sort(largest[:stages])
+        weight = base.copy()
+        for attempt in range(search.config.pipeline_rebalance):
+            per_unit = pipeline_devices(units, weight, order, cluster.memory_bytes[order])
+            devices = respect_colocation(search.fine, per_unit[units.unit_of])
+            _, _, result = search.consider(devices, None, f"pipeline of {stages} stages (cut {attempt + 1})")
+            planned = np.bincount(per_unit, weights=weight, minlength=search.n_dev)
+            ratio = np.where(planned > 0, result.peak_memory_bytes / np.maximum(planned, 1.0), 1.0)
+            weight = weight * ratio[per_unit]
+
+
+# ------------------------------------------------------------------------------------ repair
+def _unit_devices(units: Units, devices: np.ndarray) -> np.ndarray:
+    """Device of each unit's first member (a colocation widening may have moved the others)."""
+    return devices[units.flat[units.ptr[:-1]]]
+
+
+def _repair_move(search: _Search, devices: np.ndarray, result) -> tuple[str, np.ndarray, int] | None:
+    """Ops to take off the most-overflowing device and where to put them, or None.
+
+    Either a run of consecutive groups at one edge of that device's share of the step (a pipeline
+    stage boundary moves: one activation crosses the new cut), or one group drawn with weight
+    live^2 / (live + added transfer bytes): big at the peak and cheap to move."""
+    config, rng, units, capacity = search.config, search.rng, search.leaders, search.cluster.memory_bytes
+    peak = result.peak_memory_bytes
+    worst = int(np.argmax(peak - capacity))
+    unit_dev = _unit_devices(units, devices)
+    on_worst = np.unique(units.unit_of[devices == worst])     # groups with any op there (starts may split them)
+    if not len(on_worst) or search.n_dev < 2:
+        return None
+    roomiest = np.argsort(peak - capacity, kind="stable")
+    roomiest = roomiest[roomiest != worst]
+    if rng.random() < config.repair_run_share:
+        longest = max(1, int(len(on_worst) * config.repair_run_fraction))
+        length = int(np.exp(rng.uniform(0.0, math.log(longest + 1))))
+        length = min(max(length, 1), len(on_worst))
+        if rng.random() < 0.5:
+            chosen, outside = on_worst[:length], on_worst[0] - 1
+        else:
+            chosen, outside = on_worst[-length:], on_worst[-1] + 1
+        neighbour = int(unit_dev[outside]) if 0 <= outside < units.n_units else worst
+        target = neighbour if neighbour != worst and rng.random() < 0.5 else int(roomiest[0])
+        ops = np.flatnonzero(np.isin(units.unit_of, chosen))
+        return "stage-edge run", with_colocation(search.fine, ops), target
+    target = int(roomiest[0])
+    live = np.bincount(units.unit_of, weights=live_bytes_at_peak(result), minlength=units.n_units)[on_worst]
+    g = search.graph
+    src_u, dst_u = units.unit_of[g.edge_src], units.unit_of[g.edge_dst]
+    outer = src_u != dst_u
+    added = np.zeros(units.n_units)       # bytes that would newly cross minus bytes that would stop crossing
+    for mine, other in ((src_u, g.edge_dst), (dst_u, g.edge_src)):
+        sign = np.where(devices[other] == worst, 1.0, np.where(devices[other] == target, -1.0, 0.0))
+        np.add.at(added, mine[outer], (sign * g.edge_bytes)[outer])
+    added = np.maximum(added[on_worst], 0.0)
+    score = live * live / (live + added + 1.0)
+    if not score.sum() > 0:
+        return None
+    unit = int(on_worst[rng.choice(len(on_worst), p=score / score.sum())])
+    return "group", with_colocation(search.fine, units.members(unit)), target
+
+
+def _repair(search: _Search) -> bool:
+    """Greedy descent on (total overflow, step time) from the least-overflowing starts; True once a
+    placement fits (it is offered, so the annealing continues from it)."""
+    config = search.config
+    starts = sorted(search.starts, key=lambda s: (s[0], s[1]))[: config.repair_starts]
+    budget_end = search.evals + config.repair_max_evals
+    report = search.repair_report
+    report.update(starts_tried=[], evals=0)
+    began_evals = search.evals
+    for overflow, step, devices, priority, how in starts:
+        if search.evals >= budget_end or search.out_of_time():
+            break
+        report["starts_tried"].append(how)
+        devices = devices.copy()
+        overflow, step, result = search.measure(devices, priority)
+        if not config.quiet:
+            print(f"[{NAME}] eval {search.evals:5d}  repairing {how}: {overflow / GIB:.3f} GiB over memory",
+                  file=sys.stderr, flush=True)
+        stale = 0
+        while search.evals < budget_end and stale < config.repair_patience and not search.out_of_time():
+            proposal = _repair_move(search, devices, result)
+            if proposal is None:
+                search.evals += 1    # counts, so the loop always ends
+                stale += 1
+                continue
+            move, ops, target = proposal
+            trial = devices.copy()
+            trial[ops] = target
+            t_overflow, t_step, t_result = search.measure(trial, priority)
+            if (t_overflow, t_step) >= (overflow, step):
+                stale += 1
+                continue
+            stale = 0 if t_overflow < overflow else stale + 1
+            devices, overflow, step, result = trial, t_overflow, t_step, t_result
+            if overflow == 0:
+                report.update(evals=search.evals - began_evals, repaired=how)
+                search.offer(step, devices, priority, f"repair of {how} ({move} move)")
+                return True
+    report["evals"] = search.evals - began_evals
+    return False
+
+
+def _overflow_error(search: _Search) -> OutOfMemoryError:
+    """The smallest overflow found, per device, and the largest groups on the worst device."""
+    graph, cluster = search.graph, search.cluster
+    if search.least is None:
+        return out_of_memory(graph, cluster, NAME)
+    overflow, _, result = search.least
+    peak, capacity = result.peak_memory_bytes, cluster.memory_bytes
+    worst = int(np.argmax(peak - capacity))
+    per_device = ", ".join(f"{dev.name!r} {p / GIB:.3f} of {m / GIB:.3f} GiB"
+                           for dev, p, m in zip(cluster.devices, peak, capacity))
+    units = search.leaders
+    live = np.bincount(units.unit_of, weights=live_bytes_at_peak(result), minlength=units.n_units)
+    mine = np.unique(units.unit_of[result.devices == worst])
+    largest = mine[np.argsort(-live[mine], kind="stable")[:3]]
+    groups = ", ".join(f"{graph.names[units.members(int(u))[0]]!r} (+{len(units.members(int(u))) - 1} ops) "
+                       f"{live[u] / GIB:.3f} GiB" for u in largest)
+    return OutOfMemoryError(
+        f"{NAME} found no placement that fits memory in {search.evals} simulations: the least total "
+        f"overflow is {overflow / GIB:.3f} GiB (peak per device: {per_device}); largest groups at the peak "
+        f"of {cluster.devices[worst].name!r}: {groups}; give the devices more memory or add devices"
+    )
 
 
 # ------------------------------------------------------------------------------------- moves
@@ -310,8 +488,9 @@ def place(graph, cluster, *, seed: int = 0, **options) -> Placement:
     config = _config(options)
     search = _Search(graph, cluster, config, seed)
     _run_seeds(search)
-    if search.best[1] is None:
-        raise out_of_memory(graph, cluster, NAME)
+    _pipeline_starts(search)
+    if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
+        raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
     stopped_by = _anneal(search) if graph.n_ops else "evals"
     step_us, devices, priority, how = search.best
@@ -322,6 +501,6 @@ def place(graph, cluster, *, seed: int = 0, **options) -> Placement:
         devices=devices, priority=priority,
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
                  "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how,
-                 "seeds": search.seed_report, "fine_units": search.fine.n_units,
+                 "seeds": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )
