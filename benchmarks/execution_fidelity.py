@@ -1,12 +1,18 @@
 """Execution fidelity: measured vs simulated step time on this machine's 2 CPU devices.
 
 For each model (sizes this 2-core machine runs in seconds) and each placer: capture the training
-step with ``measured`` op costs (one thread, as a device runs), calibrate the 2 devices (one-thread
-processes joined by gloo), place, simulate on the calibrated cluster, and run the placement for real
-with the distributed backend (median of --steps steps after warm-up). Reports per-run relative
-error, the median absolute relative error and Spearman's rank correlation of measured vs simulated.
+step and cost every op as the executor runs it (``prepare(cost="executed")``: each op and the glue
+it hosts timed through the rank interpreter on one device), calibrate the 2 devices (one-thread
+processes joined by gloo; links fitted in the hop and burst regimes to the ``pipelined`` model),
+place, simulate on the calibrated cluster, and run the placement for real with the distributed
+backend. Measuring waits for a quiet machine (1-minute load average below --max-load, up to
+--max-wait-s per round) and records the load; each of --rounds rounds runs every placement (order
+alternating between rounds) for --steps steps after warm-up; a run's measured time is the median
+over rounds of each round's median step. Reports per-run relative error, the median absolute
+relative error and Spearman's rank correlation of measured vs simulated, and what the duplex model
+would have predicted with the same calibration.
 
-    .venv/bin/python benchmarks/execution_fidelity.py            # ~5 minutes here
+    .venv/bin/python benchmarks/execution_fidelity.py            # ~10 minutes here
     .venv/bin/python benchmarks/execution_fidelity.py --quick    # 2 models, 3 placers, a smoke run
 
 Writes benchmarks/results/execution_fidelity.json (and the calibrated cluster beside it).
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -33,15 +40,32 @@ ALGOS = ("single", "round-robin", "random", "m-etf", "m-sct", "metis")
 RESULTS = Path(__file__).parent / "results"
 
 
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def wait_for_quiet(max_load: float, max_wait_s: float) -> tuple[float, float]:
+    """Wait until the 1-minute load average is below ``max_load`` (at most ``max_wait_s``);
+    returns (load when measuring starts, seconds waited)."""
+    started = time.time()
+    while load_average() >= max_load and time.time() - started < max_wait_s:
+        time.sleep(5)
+    return load_average(), time.time() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-load", type=float, default=1.5)
+    parser.add_argument("--max-wait-s", type=float, default=60.0)
+    parser.add_argument("--cost", choices=("executed", "measured"), default="executed")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--cluster", help="use this calibrated cluster TOML instead of calibrating now")
-    parser.add_argument("--statistic", choices=("min", "median"), default="median",
-                        help="measured step time: median of the steps (default, as `devplace run`) or the fastest")
     args = parser.parse_args()
+
+    import dataclasses
 
     from scipy.stats import spearmanr
 
@@ -58,48 +82,71 @@ def main() -> None:
     algos = ALGOS[:3] if args.quick else ALGOS
     started = time.time()
     if args.cluster:
-        cluster = load_cluster(args.cluster)
+        cluster, calibration_load = load_cluster(args.cluster), None
     else:
+        calibration_load, _ = wait_for_quiet(args.max_load, args.max_wait_s)
         cluster = calibrate(2)
         write_text_atomic(RESULTS / "calibrated-2cpu.toml", cluster_toml(cluster))
-    print(f"cluster {cluster.name}: op gap {cluster.op_gap_us:.1f} us, link 0-1 "
-          f"{cluster.latency_us[0, 1]:.0f} us + bytes / {cluster.bandwidth_bytes_per_us[0, 1]:.0f} B/us", flush=True)
+    print(f"cluster {cluster.name} ({cluster.comm_model}, load {calibration_load}): op gap {cluster.op_gap_us:.1f} us, "
+          f"link 0-1 {cluster.latency_us[0, 1]:.0f} us + bytes / {cluster.bandwidth_bytes_per_us[0, 1]:.0f} B/us",
+          flush=True)
 
-    rows = []
+    cases = []  # (model, target, prepared, algo, placement, plan)
     for model, target in models.items():
-        prepared = prepare(target, repeats=5)
-        graph = prepared.graph
-        jobs, labels = [], []
+        prep_load = load_average()
+        prepared = prepare(target, cost=args.cost, repeats=7)
+        prepared.graph.meta["cost_load_average"] = prep_load
         for algo in algos:
             try:
-                placement = place(graph, cluster, algo=algo, seed=0)
-                check_against_graph(prepared.program, graph, placement, cluster)
+                placement = place(prepared.graph, cluster, algo=algo, seed=0)
+                check_against_graph(prepared.program, prepared.graph, placement, cluster)
             except Exception as exc:  # noqa: BLE001 - a placer that cannot place this graph is reported
                 print(f"  {model}/{algo}: skipped ({exc})", flush=True)
                 continue
-            sim = simulate(graph, cluster, placement)
-            jobs.append((prepared.program, make_plan(prepared.program, graph, placement, 2), prepared.state))
-            labels.append((algo, placement, sim))
-        results = run_distributed_many(jobs, 2, steps=args.steps, warmup=args.warmup, timeout_s=300)
-        for (algo, placement, sim), (_outputs, times), job in zip(labels, results, jobs):
-            measured = min(times) if args.statistic == "min" else statistics.median(times)
-            row = {
-                "model": model, "target": target, "ops": graph.n_ops, "instructions": len(prepared.program),
-                "algorithm": algo,
-                "ops_on_device1": int((placement.devices == 1).sum()), "transfers": job[1].n_transfers,
-                "measured_step_time_us": measured, "simulated_step_time_us": sim.step_time_us,
-                "relative_error": (sim.step_time_us - measured) / measured,
-                "measured_min_us": min(times), "measured_median_us": statistics.median(times),
-                "measured_max_us": max(times),
-                "simulated_compute_us": float(sim.op_time_us.sum()),
-            }
-            rows.append(row)
-            print(f"  {model:11s} {algo:12s} measured {measured / 1e3:8.2f} ms  simulated "
-                  f"{sim.step_time_us / 1e3:8.2f} ms  error {100 * row['relative_error']:+6.1f}%  "
-                  f"transfers {row['transfers']}", flush=True)
+            cases.append((model, target, prepared, algo, placement,
+                          make_plan(prepared.program, prepared.graph, placement, 2)))
+
+    per_round: list[list[float]] = [[] for _ in cases]  # each round's median step per case
+    loads = []
+    for r in range(args.rounds):
+        load, waited = wait_for_quiet(args.max_load, args.max_wait_s)
+        order = list(range(len(cases)))
+        if r % 2:
+            order.reverse()  # alternate, so no placement always runs first or last
+        results = run_distributed_many([(cases[k][2].program, cases[k][5], cases[k][2].state) for k in order], 2,
+                                       steps=args.steps, warmup=args.warmup, timeout_s=300)
+        for k, (_outputs, times) in zip(order, results):
+            per_round[k].append(statistics.median(times))
+        loads.append({"round": r, "load_before": round(load, 2), "load_after": round(load_average(), 2),
+                      "waited_s": round(waited, 1)})
+        print(f"round {r}: load {load:.2f} -> {load_average():.2f} (waited {waited:.0f} s)", flush=True)
+
+    duplex = dataclasses.replace(cluster, comm_model="duplex")
+    rows = []
+    for (model, target, prepared, algo, placement, plan), medians in zip(cases, per_round):
+        graph = prepared.graph
+        sim = simulate(graph, prepared.simulation_cluster(cluster), placement)
+        sim_duplex = simulate(graph, prepared.simulation_cluster(duplex), placement)
+        measured = statistics.median(medians)
+        row = {
+            "model": model, "target": target, "ops": graph.n_ops, "instructions": len(prepared.program),
+            "algorithm": algo,
+            "ops_on_device1": int((placement.devices == 1).sum()), "transfers": plan.n_transfers,
+            "measured_step_time_us": measured, "simulated_step_time_us": sim.step_time_us,
+            "relative_error": (sim.step_time_us - measured) / measured,
+            "measured_round_medians_us": medians,
+            "simulated_duplex_us": sim_duplex.step_time_us,
+            "simulated_compute_us": float(sim.op_time_us.sum()),
+        }
+        rows.append(row)
+        print(f"  {model:11s} {algo:12s} measured {measured / 1e3:8.2f} ms  simulated "
+              f"{sim.step_time_us / 1e3:8.2f} ms  error {100 * row['relative_error']:+6.1f}%  "
+              f"(duplex {100 * (sim_duplex.step_time_us - measured) / measured:+6.1f}%)  "
+              f"transfers {row['transfers']}", flush=True)
 
     measured = np.array([r["measured_step_time_us"] for r in rows])
     simulated = np.array([r["simulated_step_time_us"] for r in rows])
+    simulated_duplex = np.array([r["simulated_duplex_us"] for r in rows])
     errors = np.abs(simulated - measured) / measured
     rho = float(spearmanr(measured, simulated).statistic) if len(rows) > 2 else float("nan")
     per_model = {}
@@ -110,19 +157,30 @@ def main() -> None:
                 "median_abs_error": float(np.median(errors[idx])),
                 "spearman": float(spearmanr(measured[idx], simulated[idx]).statistic),
             }
+    single = [i for i, r in enumerate(rows) if r["algorithm"] == "single"]
     summary = {
         "runs": len(rows),
         "median_abs_relative_error": float(np.median(errors)),
         "spearman": rho,
+        "duplex": {"median_abs_relative_error": float(np.median(np.abs(simulated_duplex - measured) / measured)),
+                   "spearman": float(spearmanr(measured, simulated_duplex).statistic) if len(rows) > 2 else float("nan")},
+        "single_device_median_error": float(np.median((simulated[single] - measured[single]) / measured[single]))
+        if single else None,
         "per_model": per_model,
+        "cost": args.cost,
+        "cost_load_average": {m: c[2].graph.meta.get("cost_load_average") for m, c in
+                              {case[0]: case for case in cases}.items()},
+        "calibration_load_average": calibration_load,
+        "rounds": loads,
         "cluster": cluster.to_dict(),
-        "steps": args.steps, "warmup": args.warmup, "statistic": args.statistic,
+        "steps": args.steps, "warmup": args.warmup,
         "seconds": round(time.time() - started, 1),
         "rows": rows,
     }
     write_text_atomic(RESULTS / "execution_fidelity.json", json.dumps(summary, indent=2, default=float))
     print(f"median |error| {100 * summary['median_abs_relative_error']:.1f}%, Spearman {rho:.3f} over {len(rows)} runs "
-          f"({summary['seconds']:.0f} s)")
+          f"(duplex: {100 * summary['duplex']['median_abs_relative_error']:.1f}%, {summary['duplex']['spearman']:.3f}; "
+          f"{summary['seconds']:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -423,13 +423,19 @@ def run(
     device: list[str] = typer.Option([], "--device", "-d", help="torch device per placement device, e.g. cuda:0 (repeatable)"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds without progress before a rank counts as hung"),
     check: bool = typer.Option(False, "--check", help="also compare loss and parameters with a one-device eager step"),
+    cost: str = typer.Option("executed", "--cost", help="op times to simulate with: executed (timed through this "
+                             "executor on the CPU, glue included) or measured (capture's)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ):
     """Run TARGET's training step for real under a placement; measured vs simulated step time."""
     from devplace.execute import eager_reference, max_difference, prepare
     from devplace.execute import run as execute
 
-    prepared = prepare(target)
+    if cost not in ("executed", "measured"):
+        raise DevplaceError(f"unknown --cost {cost!r}: use executed or measured")
+    if cost == "executed" and any(not d.startswith("cpu") for d in device):
+        raise DevplaceError("--cost executed times ops on the CPU: use --cost measured with other devices")
+    prepared = prepare(target, cost=cost)
     result = execute(target, placement_path, cluster=cluster, backend=backend, steps=steps, warmup=warmup,
                      devices=device or None, timeout_s=timeout, prepared=prepared)
     if result is None:  # a torchrun rank other than 0

@@ -8,6 +8,9 @@ MB/s), and ``comm_model`` says how transfers share them:
 - ``sequential``: each device has one channel for all its sends and receives (Baechi's model); a
   transfer holds the sender's and the receiver's channel.
 - ``duplex``: each device has one send channel and one receive channel.
+- ``pipelined``: as ``parallel``, but a transfer holds its channel only for bytes / bandwidth; the
+  latency overlaps the next messages (a transport with many messages in flight, as gloo on one
+  machine). Placers that model links themselves treat it as ``duplex``.
 
 In every model a tensor is sent to a given device at most once and stays cached there.
 
@@ -31,7 +34,7 @@ import numpy as np
 
 from devplace.errors import ClusterError
 
-COMM_MODELS = ("parallel", "sequential", "duplex")
+COMM_MODELS = ("parallel", "sequential", "duplex", "pipelined")
 COMM_MODEL_CODES = {name: i for i, name in enumerate(COMM_MODELS)}
 
 

@@ -1,5 +1,6 @@
 """Running placed training steps for real: numbers equal an eager step, faults end cleanly."""
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -13,11 +14,13 @@ from devplace.cluster import load_cluster, uniform_cluster  # noqa: E402
 from devplace.errors import PlacementError  # noqa: E402
 from devplace.execute import ExecutionError, eager_reference, max_difference, prepare, run  # noqa: E402
 from devplace.execute.calibrate import cluster_toml, fit_link, spec_from_measurements  # noqa: E402
+from devplace.execute.costs import fold_into_hosts, host_ops, instruction_times_us, with_executed_costs  # noqa: E402
 from devplace.execute.distributed import run_distributed, run_distributed_many  # noqa: E402
 from devplace.execute.local import run_local  # noqa: E402
 from devplace.execute.schedule import ANYWHERE, check_against_graph, make_plan  # noqa: E402
 from devplace.placement import Placement  # noqa: E402
 from devplace.placers import place  # noqa: E402
+from devplace.sim import simulate  # noqa: E402
 
 MODELS = {
     "mlp": "zoo:mlp:preset=small",
@@ -209,7 +212,7 @@ def test_calibrated_cluster_toml_loads_back(tmp_path):
     path = tmp_path / "here.toml"
     path.write_text(cluster_toml(Measured()))
     cluster = load_cluster(path)
-    assert cluster.n_devices == 2 and cluster.op_gap_us == pytest.approx(4.0)
+    assert cluster.n_devices == 2 and cluster.op_gap_us == pytest.approx(4.0) and cluster.comm_model == "pipelined"
     assert cluster.transfer_us(0, 1, 1 << 20) == pytest.approx(100.0 + (1 << 20) / 1000.0, rel=1e-3)
 
 
@@ -253,3 +256,43 @@ def test_cli_run_prints_measured_and_simulated_step_times(prepared, tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode == 2 and "made for another graph" in bad.stderr
+
+
+def test_link_fit_reads_bursts_as_the_pipelined_model_does():
+    # a hop costs latency + bytes / bandwidth; a burst of k messages latency + k * bytes / bandwidth
+    sizes = [4096, 65536, 1 << 20]
+    samples = [(s, 300.0 + s / 500.0, 1) for s in sizes] + [(s, 300.0 + 16 * s / 500.0, 16) for s in sizes]
+    fit = fit_link(samples)
+    assert fit["latency_us"] == pytest.approx(300.0, rel=1e-6)
+    assert fit["bandwidth_bytes_per_us"] == pytest.approx(500.0, rel=1e-6)
+    assert fit["messages"] == [1, 1, 1, 16, 16, 16]
+
+
+def test_glue_is_costed_on_the_op_whose_device_runs_it(prepared):
+    p = prepared["gnmt"]
+    host = host_ops(p.program, p.graph)
+    glue = [ins.name for ins in p.program.instrs if ins.name not in p.graph.index_of]
+    assert glue and all(name in host for name in glue if not name.startswith("_record_function"))
+    devices = np.random.default_rng(1).integers(0, 2, p.graph.n_ops)
+    plan = make_plan(p.program, p.graph, Placement(devices=devices), 2)
+    for name, op in host.items():  # glue runs where its host op runs (constants' glue: everywhere)
+        assert plan.home[p.program.index[name]] in (devices[op], ANYWHERE), name
+    assert sum(plan.home[p.program.index[name]] == ANYWHERE for name in glue) < len(glue) / 2
+    times = {ins.name: 1.0 for ins in p.program.instrs}
+    costs = fold_into_hosts(times, p.program, p.graph)
+    assert costs.sum() == len(host) > len(p.graph.names) and costs.min() >= 1.0  # own time, hosts their glue's too
+
+
+def test_executed_costs_time_the_interpreter_and_drop_the_op_gap(prepared):
+    p = prepared["mlp"]
+    times = instruction_times_us(p.program, p.graph, p.state, repeats=2, warmup=1)
+    assert set(times) == {ins.name for ins in p.program.instrs} and min(times.values()) >= 0
+    calls = [ins.name for ins in p.program.instrs if ins.op == "call_function" and ins.name in p.graph.index_of]
+    assert all(times[name] > 0 for name in calls)
+    executed = dataclasses.replace(p, graph=with_executed_costs(p.graph, p.program, p.state, repeats=2, warmup=1),
+                                   cost="executed")
+    assert executed.graph.meta["cost_model"].startswith("executed")
+    c = dataclasses.replace(cluster_for(p.graph), op_gap_us=7.0)
+    assert executed.simulation_cluster(c).op_gap_us == 0.0 and p.simulation_cluster(c).op_gap_us == 7.0
+    single = simulate(executed.graph, executed.simulation_cluster(c), [0] * p.graph.n_ops).step_time_us
+    assert single == pytest.approx(executed.graph.compute_us[:, 0].sum())

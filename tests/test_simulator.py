@@ -38,15 +38,15 @@ def starts(result) -> dict:
 # or one waits for the other (a consumer starts at 40).
 CONTENTION = {
     # name: (producers' devices, consumers' devices, {model: step time})
-    "one sender, one receiver each": ((0, 2), (1, 0), {"parallel": 26, "duplex": 26, "sequential": 41}),
-    "one sender, two receivers": ((0, 0), (1, 2), {"parallel": 26, "duplex": 41, "sequential": 41}),
+    "one sender, one receiver each": ((0, 2), (1, 0), {"parallel": 26, "duplex": 26, "sequential": 41, "pipelined": 26}),
+    "one sender, two receivers": ((0, 0), (1, 2), {"parallel": 26, "duplex": 41, "sequential": 41, "pipelined": 26}),
     # (parallel: both arrive at 25, then the two consumers share device 0: 25-26, 26-27)
-    "two senders, one receiver": ((1, 2), (0, 0), {"parallel": 27, "duplex": 41, "sequential": 41}),
-    "disjoint pairs": ((0, 2), (1, 3), {"parallel": 26, "duplex": 26, "sequential": 26}),
+    "two senders, one receiver": ((1, 2), (0, 0), {"parallel": 27, "duplex": 41, "sequential": 41, "pipelined": 27}),
+    "disjoint pairs": ((0, 2), (1, 3), {"parallel": 26, "duplex": 26, "sequential": 26, "pipelined": 26}),
 }
 
 
-@pytest.mark.parametrize("model", ["parallel", "sequential", "duplex"])
+@pytest.mark.parametrize("model", ["parallel", "sequential", "duplex", "pipelined"])
 @pytest.mark.parametrize("case", sorted(CONTENTION))
 def test_two_transfers_contend_for_a_channel(model, case):
     (px, py), (cx, cy), expected = CONTENTION[case]
@@ -74,6 +74,24 @@ def test_same_pair_transfers_queue_in_every_model():
         r = simulate(g, c, place(g, a=0, b=0, a1=1, b1=1))
         # a's transfer 10-25; b finishes at 20 but its transfer waits for the channel: 25-40
         assert starts(r) == {"a": 0, "b": 10, "a1": 25, "b1": 40}, model
+
+
+def test_pipelined_transfers_overlap_their_latency_only():
+    # 5 us latency + 1000 B / 100 B/us: a's message holds the pair's channel 10-20 and arrives at 25;
+    # b's (ready at 20) holds it 20-30 and arrives at 35, not 40: its latency overlaps a's
+    g = graph_of({"a": {"t": 10}, "b": {"t": 10}, "a1": {"t": 1}, "b1": {"t": 1}},
+                 [("a", "a1", 1000), ("b", "b1", 1000)])
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, comm_model="pipelined")
+    r = simulate(g, c, place(g, a=0, b=0, a1=1, b1=1))
+    assert starts(r) == {"a": 0, "b": 10, "a1": 25, "b1": 35}
+    assert sorted(zip(r.transfer_start_us.tolist(), r.transfer_end_us.tolist())) == [(10, 25), (20, 35)]
+    # many small messages at once: latency paid once, bandwidth share by each
+    many = {f"p{k}": {"t": 0} for k in range(5)} | {f"q{k}": {"t": 0} for k in range(5)}
+    g = graph_of(many, [(f"p{k}", f"q{k}", 100) for k in range(5)])
+    devices = place(g, **{f"p{k}": 0 for k in range(5)}, **{f"q{k}": 1 for k in range(5)})
+    assert simulate(g, c, devices).step_time_us == 5 + 5 * 1.0
+    c_duplex = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, comm_model="duplex")
+    assert simulate(g, c_duplex, devices).step_time_us == 5 * (5 + 1.0)
 
 
 def test_tensor_is_sent_once_per_destination_and_cached():
@@ -252,7 +270,7 @@ def random_case(draw):
     fixed = draw(st.lists(st.sampled_from([np.nan, np.nan, 0.0, 3.5]), min_size=len(chosen), max_size=len(chosen)))
     out = draw(st.lists(st.sampled_from([0.0, 8.0, 1000.0]), min_size=n, max_size=n))
     devices = draw(st.lists(st.integers(0, n_dev - 1), min_size=n, max_size=n))
-    model = draw(st.sampled_from(["parallel", "sequential", "duplex"]))
+    model = draw(st.sampled_from(["parallel", "sequential", "duplex", "pipelined"]))
     gap = draw(st.sampled_from([0.0, 0.0, 1.5]))
     perm = draw(st.permutations(range(n)))  # op order need not be topological
     priority = draw(st.none() | st.lists(st.integers(0, 5).map(float), min_size=n, max_size=n))
@@ -317,7 +335,7 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
 
     def channels(a, b):
         return {"parallel": [("pair", a, b)], "sequential": [("dev", a), ("dev", b)],
-                "duplex": [("send", a), ("recv", b)]}[c.comm_model]
+                "duplex": [("send", a), ("recv", b)], "pipelined": [("pair", a, b)]}[c.comm_model]
 
     t = 0.0
     while len(done) < n:
@@ -339,10 +357,14 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
                     if duration == 0:
                         arrival[u, dv] = t
                         continue
+                    # pipelined: the link's latency does not hold the channel (fixed times do)
+                    longest = edges[int(np.argmax(times))]
+                    hold = duration - (c.latency_us[devices[u], dv] if c.comm_model == "pipelined"
+                                       and np.isnan(g.edge_fixed_us[longest]) else 0.0)
                     chans = channels(devices[u], dv)
                     begin = max([t] + [free_at.get(ch, 0.0) for ch in chans])
                     for ch in chans:
-                        free_at[ch] = begin + duration
+                        free_at[ch] = begin + hold
                     arrival[u, dv] = begin + duration
             for v in range(n):
                 if v not in queued_ops and all(arrival.get((p, devices[v]), np.inf) <= t for p in g.predecessors(v)):

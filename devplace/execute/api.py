@@ -33,10 +33,24 @@ class Prepared:
     targets: tuple
     loss_fn: object
     optimizer: str
+    cost: str = "measured"  # "executed": times include the executor's per-op cost (simulate with no op gap)
+
+    def simulation_cluster(self, cluster):
+        """The cluster to simulate this step on: without ``op_gap_us`` when the costs already hold it."""
+        if self.cost == "executed" and cluster.op_gap_us:
+            import dataclasses
+
+            return dataclasses.replace(cluster, op_gap_us=0.0)
+        return cluster
 
 
 def prepare(target, *, cost: str = "measured", optimizer: str = "adam", repeats: int = 5) -> Prepared:
-    """Capture ``target`` (a ``zoo:``/``file.py:fn`` string or a zoo model) once, keeping its trace."""
+    """Capture ``target`` (a ``zoo:``/``file.py:fn`` string or a zoo model) once, keeping its trace.
+
+    ``cost``: a capture cost model, or ``executed``: every op timed as this executor runs it, glue
+    included (costs.py), which is what a run on this machine's CPUs is compared against."""
+    from devplace.execute.costs import EXECUTED_COST, with_executed_costs
+
     from devplace.torchcapture import capture
     from devplace.torchcapture.targets import load_target
 
@@ -47,16 +61,19 @@ def prepare(target, *, cost: str = "measured", optimizer: str = "adam", repeats:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # op times as a one-thread device sees them (see distributed.py)
     try:
-        graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, targets=targets,
-                                repeats=repeats, progress=False, return_trace=True)
+        graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer,
+                                cost="measured" if cost == EXECUTED_COST else cost, targets=targets,
+                                repeats=1 if cost == EXECUTED_COST else repeats, progress=False, return_trace=True)
     finally:
         torch.set_num_threads(threads)
     program = Program.from_traced(traced)
     placeholders = [n.name for n in traced.gm.graph.nodes if n.op == "placeholder"]
     values = traced.real_args(model, example_inputs, targets)
     state = dict(zip(placeholders, values))
+    if cost == EXECUTED_COST:
+        graph = with_executed_costs(graph, program, state, repeats=repeats)
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    return Prepared(graph, program, state, model, tuple(inputs), tuple(targets), loss_fn, traced.optimizer)
+    return Prepared(graph, program, state, model, tuple(inputs), tuple(targets), loss_fn, traced.optimizer, cost)
 
 
 @dataclass
@@ -124,7 +141,7 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
     n_devices = cluster.n_devices
     check_against_graph(program, graph, placement, cluster)
     plan = make_plan(program, graph, placement, n_devices)
-    simulated = simulate(graph, cluster, placement).step_time_us
+    simulated = simulate(graph, prepared.simulation_cluster(cluster), placement).step_time_us
     state = {k: v.clone() for k, v in prepared.state.items()}
     if backend == "local":
         outputs, times = run_local(program, plan, state, parse_devices(devices or [], n_devices),

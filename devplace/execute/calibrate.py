@@ -6,11 +6,16 @@ One process per device (as the distributed executor runs them: one thread each, 
   ``memory_bandwidth_gbps`` (what capture's roofline model reads);
 - the executor's own cost per op, ``op_gap_us``: a chain of tiny ops run through the same
   interpreter, minus the ops' bare time;
-- every device pair's link: the time of one transfer as the executor makes it (a chain of cheap ops
-  alternating between the two devices, run by the ranks' interpreters; median per hop, the op's
-  own time removed) for messages of several sizes, fitted by least squares (relative residuals) to
-  ``time_us = a * bytes + b`` as Baechi did:
-  ``latency_us = b``, ``bandwidth_bytes_per_us = 1 / a``.
+- every device pair's link, in the two regimes the executor uses, for messages of several sizes:
+  one transfer at a time (a chain of cheap ops alternating between the two devices, run by the
+  ranks' interpreters; median per hop, the op's own time removed) and bursts (``BURST`` messages
+  posted back to back with ``isend`` while the receiver, its receives posted ahead, takes them in
+  order, as a rank does when it sends several values before its peer needs them). Both are fitted by least squares (relative
+  residuals) to what the ``pipelined`` communication model predicts, ``time_us = b + k * a * bytes``
+  for ``k`` messages (``k = 1`` for a hop): ``latency_us = b``, ``bandwidth_bytes_per_us = 1 / a``.
+  The cluster's ``comm_model`` is ``pipelined``: gloo keeps many messages in flight, so a message's
+  latency overlaps the next ones instead of holding the link (``duplex`` charged every small message
+  the whole latency and over-estimated placements with hundreds of transfers by 2x).
 
 Device figures are the fastest of their repeats (what an op costs; on a shared machine slower
 repeats time other processes' work); link figures are medians, because waiting for the peer to be
@@ -90,10 +95,7 @@ def _op_gap_us(repeats: int, rank: int = 0, status=None) -> float:
 
 
 def _measure_body(rank, world, settings, status):
-    """One rank's part: its device figures, then ping-pong with every other rank in turn."""
-    import torch
-    import torch.distributed as dist
-
+    """One rank's part: its device figures, then hops and bursts with every other rank in turn."""
     repeats = settings["repeats"]
     figures = _device_speed(repeats)
     figures["op_gap_us"] = _op_gap_us(repeats, rank, status)
@@ -102,13 +104,39 @@ def _measure_body(rank, world, settings, status):
         for j in range(i + 1, world):
             samples = []
             for size in settings["sizes"]:
-                samples.append((size, _hop_us(rank, world, i, j, size, repeats, status)))
+                samples.append((size, _hop_us(rank, world, i, j, size, repeats, status), 1))
+                samples.append((size, _burst_us(rank, i, j, size, repeats), BURST))
             if rank == i:
                 links[(i, j)] = samples
     return figures, links
 
 
 HOPS = 16
+BURST = 16
+
+
+def _burst_us(rank: int, i: int, j: int, size: int, repeats: int) -> float:
+    """``BURST`` messages of ``size`` bytes from i to j posted at once; j has its receives posted
+    ahead and waits for them in order (as a rank does). Median over ``repeats`` bursts."""
+    import torch
+    import torch.distributed as dist
+
+    buffers = [torch.zeros(max(size // 4, 1)) for _ in range(BURST)]
+    times = []
+    for rep in range(repeats + 2):  # the first rounds set up the connections
+        dist.barrier()
+        t0 = time.perf_counter()
+        if rank == i:
+            for work in [dist.isend(b, dst=j, tag=k) for k, b in enumerate(buffers)]:
+                work.wait()
+        elif rank == j:
+            for work in [dist.irecv(b, src=i, tag=k) for k, b in enumerate(buffers)]:
+                work.wait()
+        elapsed = torch.tensor([(time.perf_counter() - t0) * 1e6], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        if rep >= 2:
+            times.append(float(elapsed))
+    return statistics.median(times)
 
 
 def _hop_us(rank: int, world: int, i: int, j: int, size: int, repeats: int, status) -> float:
@@ -152,11 +180,13 @@ def _hop_us(rank: int, world: int, i: int, j: int, size: int, repeats: int, stat
     return max(statistics.median(times) / HOPS - op_us, 0.0)
 
 
-def fit_link(samples: list[tuple[int, float]]) -> dict:
-    """Least-squares ``time_us = a * bytes + b``; returns latency, bandwidth and the fit's R^2."""
-    sizes = np.array([s for s, _ in samples], dtype=np.float64)
-    times = np.array([t for _, t in samples], dtype=np.float64)
-    design = np.stack([sizes, np.ones_like(sizes)], axis=1)
+def fit_link(samples: list[tuple]) -> dict:
+    """Least-squares ``time_us = b + k * a * bytes`` over (bytes, time_us[, k messages]) samples
+    (k = 1 when left out); returns latency ``b``, bandwidth ``1 / a`` and the fit's R^2."""
+    sizes = np.array([s[0] for s in samples], dtype=np.float64)
+    times = np.array([s[1] for s in samples], dtype=np.float64)
+    counts = np.array([s[2] if len(s) > 2 else 1 for s in samples], dtype=np.float64)
+    design = np.stack([counts * sizes, np.ones_like(sizes)], axis=1)
     weight = 1.0 / np.maximum(times, 1e-3)  # relative errors: small messages fix the latency
     (a, b), *_ = np.linalg.lstsq(design * weight[:, None], times * weight, rcond=None)
     a = max(a, 1e-9)
@@ -164,7 +194,7 @@ def fit_link(samples: list[tuple[int, float]]) -> dict:
     total = float(((times - times.mean()) ** 2).sum())
     r2 = 1.0 - float(((times - predicted) ** 2).sum()) / total if total > 0 else 1.0
     return {"latency_us": max(float(b), 0.0), "bandwidth_bytes_per_us": 1.0 / float(a), "us_per_byte": float(a),
-            "r2": r2, "sizes_bytes": sizes.tolist(), "times_us": times.tolist()}
+            "r2": r2, "sizes_bytes": sizes.tolist(), "times_us": times.tolist(), "messages": counts.astype(int).tolist()}
 
 
 def calibrate(n_devices: int = 2, *, quick: bool = False, repeats: int | None = None, name: str | None = None,
@@ -189,7 +219,7 @@ def spec_from_measurements(done: dict, n_devices: int, name: str | None) -> tupl
     spec = {
         "name": name or f"calibrated-{platform.node() or 'host'}-{n_devices}cpu",
         "description": f"{n_devices} one-thread CPU processes with gloo, measured {time.strftime('%Y-%m-%d %H:%M')}",
-        "comm_model": "duplex",
+        "comm_model": "pipelined",
         "op_gap_us": round(statistics.median(f["op_gap_us"] for f in figures), 3),
         "devices": [{
             "name": "cpu", "kind": "cpu", "count": n_devices, "memory_gib": round(memory_gib, 3),
@@ -235,7 +265,8 @@ def _to_toml(spec: dict, cal: dict) -> str:
         return repr(float(v)) if isinstance(v, float) else str(v)
 
     lines = ["# Measured by `devplace calibrate`: one-thread CPU processes joined by gloo.",
-             "# Links fitted as time_us = bytes / bandwidth_bytes_per_us + latency_us (least squares)."]
+             "# Links fitted as time_us = latency_us + messages * bytes / bandwidth_bytes_per_us (least squares",
+             "# over single hops and bursts of messages in flight: the pipelined communication model)."]
     for key in ("name", "description", "comm_model", "op_gap_us"):
         lines.append(f"{key} = {value(spec[key])}")
     for dev in spec["devices"]:
@@ -249,6 +280,7 @@ def _to_toml(spec: dict, cal: dict) -> str:
     for r, dev in enumerate(cal.get("devices", [])):
         lines.append(f"# device {r}: " + ", ".join(f"{k} {v:.4g}" for k, v in dev.items()))
     for link in cal.get("links", []):
-        lines.append(f"# link {link['devices']}: R^2 {link['r2']:.4f}; bytes -> one-way us: " + ", ".join(
-            f"{int(s)} -> {t:.1f}" for s, t in zip(link["sizes_bytes"], link["times_us"])))
+        counts = link.get("messages", [1] * len(link["sizes_bytes"]))
+        lines.append(f"# link {link['devices']}: R^2 {link['r2']:.4f}; messages x bytes -> us: " + ", ".join(
+            f"{k} x {int(s)} -> {t:.1f}" for s, t, k in zip(link["sizes_bytes"], link["times_us"], counts)))
     return "\n".join(lines) + "\n"

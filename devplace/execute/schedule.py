@@ -11,8 +11,8 @@ Each device runs its own instructions in that order, so the devices' orders are 
 topological order.
 
 Communication: one event per (value, receiving device). The sender posts a non-blocking send right
-after computing the value; a receiver, when it needs a value from device ``s``, first posts the
-receives of every earlier event from ``s`` (in the sender's order) and then waits for its own.
+after computing the value; a receiver posts its receives from device ``s`` in the sender's order,
+ahead of need (distributed.py) and at the latest when it needs the value, and then waits for it.
 Deadlock is impossible: take the earliest instruction in the global order that has not finished;
 everything it reads was computed earlier in that order and its sends are posted without waiting,
 so its receives complete. Tags are event numbers, so messages can never be confused.

@@ -9,8 +9,11 @@ Semantics (docs/simulator.md says the same for users):
   transfer time is the largest over those edges of (fixed_us if the edge has one, else latency +
   bytes / bandwidth); a zero-byte edge without a fixed time is a pure ordering edge and costs nothing.
   Transfers are queued first-come first-served on the channels of the communication model:
-  parallel (one per ordered device pair), sequential (one per device, held at both ends) or duplex
-  (one send channel per device and one receive channel per device).
+  parallel (one per ordered device pair), sequential (one per device, held at both ends), duplex
+  (one send channel per device and one receive channel per device) or pipelined (one per ordered
+  device pair, held only for bytes / bandwidth: the latency is a delay that overlaps the next
+  messages, as a transport with many messages in flight; the transfer still ends latency + bytes /
+  bandwidth after it began; an edge's fixed_us holds the channel whole).
 - Memory per device: persistent bytes from time 0; an op's output from its start until its last
   consumer on that device and its outgoing transfers have finished; a received copy from the start of
   its transfer until its last consumer there has finished; temporaries while the op runs. At equal
@@ -31,6 +34,7 @@ EVENT_ARRIVE = 1
 COMM_PARALLEL = 0
 COMM_SEQUENTIAL = 1
 COMM_DUPLEX = 2
+COMM_PIPELINED = 3
 
 
 @njit(cache=True, inline="always")
@@ -118,11 +122,12 @@ def simulate_schedule(
     xfer_end = np.empty(n_edges)
     xfer_bytes = np.empty(n_edges)
     n_xfer = 0
-    link_free = np.zeros((n_dev, n_dev))       # parallel
+    link_free = np.zeros((n_dev, n_dev))       # parallel, pipelined
     channel_free = np.zeros(n_dev)             # sequential
     send_free = np.zeros(n_dev)                # duplex
     recv_free = np.zeros(n_dev)
     dest_duration = np.full(n_dev, -1.0)
+    dest_delay = np.zeros(n_dev)
     dest_bytes = np.zeros(n_dev)
     dest_arrival = np.zeros(n_dev)
 
@@ -189,14 +194,17 @@ def simulate_schedule(
                 dv = devices[edge_dst[e]]
                 if dv == du:
                     continue
+                delay = 0.0  # the part of the duration that does not hold a pipelined channel
                 if edge_fixed_us[e] == edge_fixed_us[e]:  # not NaN
                     duration = edge_fixed_us[e]
                 elif edge_bytes[e] > 0.0:
-                    duration = latency_us[du, dv] + edge_bytes[e] / bandwidth_bytes_per_us[du, dv]
+                    delay = latency_us[du, dv]
+                    duration = delay + edge_bytes[e] / bandwidth_bytes_per_us[du, dv]
                 else:
                     duration = 0.0
                 if duration > dest_duration[dv]:
                     dest_duration[dv] = duration
+                    dest_delay[dv] = delay
                 if edge_bytes[e] > dest_bytes[dv]:
                     dest_bytes[dv] = edge_bytes[e]
             for dv in range(n_dev):
@@ -209,6 +217,9 @@ def simulate_schedule(
                     if comm_model == COMM_PARALLEL:
                         begin = max(now, link_free[du, dv])
                         link_free[du, dv] = begin + duration
+                    elif comm_model == COMM_PIPELINED:
+                        begin = max(now, link_free[du, dv])
+                        link_free[du, dv] = begin + duration - dest_delay[dv]
                     elif comm_model == COMM_SEQUENTIAL:
                         begin = max(now, channel_free[du], channel_free[dv])
                         channel_free[du] = begin + duration
