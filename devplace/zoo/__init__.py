@@ -22,10 +22,13 @@ targets, so it closes over no tensor and can be traced with fake tensors passed 
 Configurations
 --------------
 Every model has its paper configuration as defaults (``spec(name).defaults``), named presets (every
-model has ``small``: tiny and fast, for tests) and accepts overrides of any default key::
+model has ``small``: tiny and fast, for tests; and ``medium``: a one-thread CPU training step of
+roughly 10-500 ms, the sizes of the capture-fidelity table in BENCHMARKS.md) and accepts overrides
+of any default key::
 
     zoo.build("gnmt")                          # the paper configuration
     zoo.build("gnmt", preset="small")          # the test-size preset
+    zoo.build("gnmt", preset="medium")         # the capture-fidelity size
     zoo.build("gnmt", layers=2, seq_len=50)    # paper configuration with two overrides
 
 Explicit keys win over the preset, which wins over the defaults. ``seed`` (default 0) fixes the

@@ -287,14 +287,16 @@ SPECS = [
         name="resnet50",
         summary="ResNet-50, bottleneck blocks [3, 4, 6, 3], 224x224 (Hierarchical Planner)",
         defaults=dict(batch=64, image_size=224, classes=1000, width=1.0),
-        presets=dict(small=dict(batch=2, image_size=32, classes=10, width=0.125), batch32=dict(batch=32)),
+        presets=dict(small=dict(batch=2, image_size=32, classes=10, width=0.125),
+                     medium=dict(batch=8, image_size=112, classes=10, width=0.25), batch32=dict(batch=32)),
         make=_make_resnet50,
     ),
     ModelSpec(
         name="inception_v3",
         summary="Inception-V3 with auxiliary classifier, 299x299, batch 32 (ColocRL, Baechi, HP, Mars)",
         defaults=dict(batch=32, image_size=299, classes=1000, width=1.0, aux_classifier=True),
-        presets=dict(small=dict(batch=2, image_size=299, classes=10, width=0.0625), batch64=dict(batch=64)),
+        presets=dict(small=dict(batch=2, image_size=299, classes=10, width=0.0625),
+                     medium=dict(batch=4, image_size=299, classes=10, width=0.125), batch64=dict(batch=64)),
         make=_make_inception_v3,
     ),
 ]

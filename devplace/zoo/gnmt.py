@@ -156,6 +156,7 @@ SPECS = [
         defaults=dict(layers=4, hidden_units=512, vocab=30000, seq_len=40, batch=128, bidirectional=True),
         presets=dict(
             small=dict(layers=4, hidden_units=16, vocab=50, seq_len=4, batch=2),
+            medium=dict(hidden_units=128, vocab=2000, seq_len=10, batch=16),
             baechi_len50=dict(seq_len=50),
             hp_nmt2=dict(layers=2, hidden_units=1024, batch=256),
         ),

@@ -170,7 +170,8 @@ SPECS = [
         name="nasnet",
         summary="NASNet-A-like mobile network (4 @ 1056), cells of parallel separable convs and pools (Placeto)",
         defaults=dict(cells_per_stage=4, filters=44, stem_filters=32, image_size=224, classes=1000, batch=32),
-        presets=dict(small=dict(cells_per_stage=1, filters=8, stem_filters=8, image_size=32, classes=10, batch=2)),
+        presets=dict(small=dict(cells_per_stage=1, filters=8, stem_filters=8, image_size=32, classes=10, batch=2),
+                     medium=dict(cells_per_stage=2, filters=16, stem_filters=16, image_size=64, classes=10, batch=8)),
         make=_make,
     ),
 ]

@@ -63,7 +63,8 @@ SPECS = [
         name="rnnlm",
         summary="2-layer LSTM language model, unrolled (ColocRL, Hierarchical Planner; batch 64)",
         defaults=dict(layers=2, hidden_units=2048, embedding_units=512, vocab=10000, seq_len=20, batch=64),
-        presets=dict(small=dict(layers=2, hidden_units=16, embedding_units=8, vocab=50, seq_len=4, batch=3)),
+        presets=dict(small=dict(layers=2, hidden_units=16, embedding_units=8, vocab=50, seq_len=4, batch=3),
+                     medium=dict(hidden_units=256, embedding_units=128, vocab=2000, seq_len=10, batch=16)),
         make=_make,
     ),
 ]

@@ -69,14 +69,16 @@ SPECS = [
         name="mlp",
         summary="multi-layer perceptron (tests and demos)",
         defaults=dict(batch=32, in_features=64, hidden_units=256, layers=3, classes=10),
-        presets=dict(small=dict(batch=4, in_features=8, hidden_units=16, layers=2, classes=3)),
+        presets=dict(small=dict(batch=4, in_features=8, hidden_units=16, layers=2, classes=3),
+                     medium=dict(batch=64, in_features=256, hidden_units=512, layers=3)),
         make=_make_mlp,
     ),
     ModelSpec(
         name="small_cnn",
         summary="two-stage convolutional classifier on 32x32 images (tests and demos)",
         defaults=dict(batch=8, image_size=32, channels=16, classes=10),
-        presets=dict(small=dict(batch=2, image_size=8, channels=4, classes=3)),
+        presets=dict(small=dict(batch=2, image_size=8, channels=4, classes=3),
+                     medium=dict(batch=16, image_size=32, channels=16)),
         make=_make_small_cnn,
     ),
 ]

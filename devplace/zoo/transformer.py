@@ -157,6 +157,7 @@ SPECS = [
                       dropout=0.0, mask_token=103),
         presets=dict(
             small=dict(layers=2, hidden=32, heads=4, ffn_units=64, vocab=100, seq_len=16, batch=2),
+            medium=dict(layers=2, hidden=128, heads=4, ffn_units=512, vocab=2000, seq_len=64, batch=8),
             layers24=dict(layers=24),
         ),
         make=_make,
