@@ -111,6 +111,84 @@ def test_rounding_never_gives_two_favorites(seed, low):
             assert (u, v, True) in pairs, "a favorite that is not a low-x edge"
 
 
+def plain_lp_makespan(g, p, cost):
+    """The favorite-child LP exactly as written in REFERENCE.md, no presolve: the oracle."""
+    from scipy.optimize import linprog
+
+    n, m = g.n_ops, g.n_edges
+    rows = []
+    for e, (i, j) in enumerate(zip(g.edge_src.tolist(), g.edge_dst.tolist())):
+        row = np.zeros(m + n + 1)
+        row[m + i], row[m + j], row[e] = 1.0, -1.0, cost[e]
+        rows.append((row, -p[i]))
+    for ends in (g.edge_src, g.edge_dst):
+        for node in range(n):
+            edges = np.flatnonzero(ends == node)
+            row = np.zeros(m + n + 1)
+            row[edges] = -1.0
+            rows.append((row, -(len(edges) - 1.0)))
+    for i in range(n):
+        row = np.zeros(m + n + 1)
+        row[m + i], row[-1] = 1.0, -1.0
+        rows.append((row, -p[i]))
+    objective = np.zeros(m + n + 1)
+    objective[-1] = 1.0
+    bounds = [(0, 1)] * m + [(0, None)] * (n + 1)
+    result = linprog(objective, A_ub=np.array([r for r, _ in rows]), b_ub=np.array([b for _, b in rows]),
+                     bounds=bounds, method="highs")
+    return result.fun
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=25, deadline=None)
+def test_presolved_lp_has_the_plain_lps_optimum(seed):
+    # zero-cost edges, chains and transitive edges are what the presolve removes: make many
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 14))
+    b = GraphBuilder(["gpu"])
+    for i in range(n):
+        b.add_op(f"v{i}", compute_us=float(rng.integers(1, 30)))
+    for i in range(n):
+        for j in range(i + 1, n):
+            if rng.random() < (0.6 if j == i + 1 else 0.25):
+                b.add_edge(f"v{i}", f"v{j}", bytes=float(rng.choice([0.0, 0.0, 5.0, 40.0])))
+    g = b.build()
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1)
+    p, cost = op_times_us(g, c).mean(axis=1), mean_edge_us(g, c)
+    x, s, w, status = solve_favorite_lp(g, p, cost)
+    assert status == "optimal"
+    assert w == pytest.approx(plain_lp_makespan(g, p, cost), rel=1e-6, abs=1e-6)
+    tol = 1e-6 * max(w, 1.0)      # and the full solution satisfies every row, dropped ones too
+    assert np.all(s[g.edge_src] + p[g.edge_src] + cost * x <= s[g.edge_dst] + tol)
+    assert np.all(s + p <= w + tol)
+
+
+def test_implied_rows_are_exactly_the_transitively_redundant_edges():
+    import networkx as nx
+    from devplace.placers._lp import _implied_free_edges
+
+    rng = np.random.default_rng(3)
+    n = 70                                   # more than one 64-bit word of reachability
+    pairs = sorted({(int(i), int(j)) for i, j in rng.integers(0, n, (300, 2)) if i < j})
+    src, dst = np.array(pairs).T
+    implied = _implied_free_edges(n, src, dst, np.ones(len(src), dtype=bool))
+    reduced = nx.transitive_reduction(nx.DiGraph(pairs))
+    assert implied.tolist() == [not reduced.has_edge(i, j) for i, j in pairs]
+
+
+def test_m_sct_lp_ignores_transfers_inside_a_colocation_group():
+    from devplace.placers.m_sct import lp_edge_us
+
+    b = GraphBuilder(["gpu"])
+    for name, group in [("a", "g"), ("b", "g"), ("c", None)]:
+        b.add_op(name, compute_us=1.0, colocation=group)
+    b.add_edge("a", "b", bytes=100)
+    b.add_edge("b", "c", bytes=100)
+    g = b.build()
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1)
+    assert lp_edge_us(g, c).tolist() == [0.0, mean_edge_us(g, c)[1]] and mean_edge_us(g, c)[1] > 0
+
+
 def test_lp_solution_satisfies_its_constraints():
     g = layered(n_layers=5, width=3, edge_bytes=50.0)
     c = uniform_cluster(2, latency_us=10, bandwidth_bytes_per_us=1)

@@ -14,11 +14,24 @@ SCT is within a constant factor of optimal when transfers are small against comp
 
 from __future__ import annotations
 
+import numpy as np
+
 from devplace.placement import Placement
 from devplace.placers import register
 from devplace.placers._listsched import list_schedule, mean_edge_us, op_times_us
 from devplace.placers._lp import FAVORITE_THRESHOLD, round_favorites, solve_favorite_lp
 from devplace.placers._memory import check_can_fit
+
+
+def lp_edge_us(graph, cluster) -> np.ndarray:
+    """Each edge's transfer time for the LP: the mean over links, and 0 inside a colocation group.
+
+    Both ends of such an edge always share a device, so its transfer is never paid whatever the
+    favorites are. On a fused graph most edges are of this kind (GNMT: 20k of 26k), and the LP's
+    presolve then drops them, which makes it several times faster."""
+    edge_us = mean_edge_us(graph, cluster)
+    group = graph.colocation
+    return np.where((group[graph.edge_src] >= 0) & (group[graph.edge_src] == group[graph.edge_dst]), 0.0, edge_us)
 
 
 @register("m-sct", "Baechi's memory-constrained small-communication-time scheduler (favorite-child LP)")
@@ -28,7 +41,7 @@ def place(graph, cluster, *, seed: int = 0, threshold: float = FAVORITE_THRESHOL
     check_can_fit(graph, cluster, "m-sct")
     time_us = op_times_us(graph, cluster).mean(axis=1)
     x, _, lp_makespan_us, status = solve_favorite_lp(
-        graph, time_us, mean_edge_us(graph, cluster), time_limit_s=lp_time_limit_s
+        graph, time_us, lp_edge_us(graph, cluster), time_limit_s=lp_time_limit_s
     )
     favorite = round_favorites(graph.edge_src, graph.edge_dst, x, graph.n_ops, threshold)
     placement = list_schedule(graph, cluster, algo="m-sct", favorite=favorite)
