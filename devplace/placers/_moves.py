@@ -92,7 +92,37 @@ def leader_units(graph) -> Units:
     ``with_colocation``."""
     from devplace.transforms import forward_leaders
 
-    return Units.from_labels(graph, forward_leaders(graph))
+    return Units.from_labels(graph, _without_hubs(graph, forward_leaders(graph)))
+
+
+def _without_hubs(graph, leader: np.ndarray, hub_share: float = 0.01) -> np.ndarray:
+    """Re-lead the followers of a *hub*: a leader followed by more than ``hub_share`` of the ops.
+
+    Captures give ops with no forward counterpart (a weight gradient summed over time steps) the
+    loss as mirror, so thousands of backward ops would follow the loss onto the last stage and
+    every time step's gradient would cross a device. Such an op follows instead the leader of its
+    input that is not a hub follower itself (the largest one), or of its first resolved input."""
+    n = graph.n_ops
+    counts = np.bincount(leader, minlength=n)
+    hub = (counts[leader] > max(64, hub_share * n)) & (leader != np.arange(n))
+    if not hub.any():
+        return leader
+    leader = leader.copy()
+    was_hub = hub.copy()
+    pred_src = graph.edge_src[graph.pred_edge]
+    pred_bytes = graph.edge_bytes[graph.pred_edge]
+    for v in graph.topo_order[hub[graph.topo_order]]:
+        lo, hi = graph.pred_ptr[v], graph.pred_ptr[v + 1]
+        inputs, sizes = pred_src[lo:hi], pred_bytes[lo:hi]
+        plain = ~was_hub[inputs]
+        if plain.any():
+            leader[v] = leader[inputs[plain][int(np.argmax(sizes[plain]))]]
+        else:
+            resolved = inputs[~hub[inputs]]
+            if len(resolved):
+                leader[v] = leader[resolved[0]]
+        hub[v] = False
+    return leader
 
 
 def with_colocation(fine: Units, ops: np.ndarray) -> np.ndarray:
