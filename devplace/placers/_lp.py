@@ -128,13 +128,57 @@ def _solve(n, src, dst, time_us, edge_us, time_limit_s):
     bounds = np.zeros((n_var + n + 1, 2))
     bounds[:n_var, 1] = 1.0
     bounds[n_var:, 1] = np.inf
-    result = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs-ds",
-                     options={"time_limit": max(1.0, time_limit_s),
-                              "simplex_dual_edge_weight_strategy": "devex"})
-    if result.x is None or result.status != 0:
+    solution = _run_highs(cost, a_ub, np.concatenate(rhs), bounds, max(1.0, time_limit_s))
+    if solution is None:
         return None
-    x[var] = result.x[:n_var]
-    return x, result.x[n_var : n_var + n], float(result.x[w_col])
+    x[var] = solution[:n_var]
+    return x, solution[n_var : n_var + n], float(solution[w_col])
+
+
+def _run_highs(cost, a_ub, b_ub, bounds, time_limit_s, direct: bool = True):
+    """min cost.x subject to a_ub x <= b_ub and bounds: x, or None unless HiGHS proved it optimal.
+
+    HiGHS's dual simplex with devex pricing (fastest here). It is called through scipy's HiGHS
+    binding directly when scipy is the pinned 1.17 (linprog's wrapper spends ~20 ms a call on
+    duals and option checks that m-SCT does not need), else through ``linprog``."""
+    try:
+        from scipy.optimize._highspy import _core as highs_core
+        from scipy.optimize._highspy._core import simplex_constants
+    except ImportError:
+        direct = False
+    if not direct:
+        result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs-ds",
+                         options={"time_limit": time_limit_s, "simplex_dual_edge_weight_strategy": "devex"})
+        return result.x if result.x is not None and result.status == 0 else None
+    inf = highs_core.kHighsInf
+    matrix = sparse.csc_array(a_ub)
+    lp = highs_core.HighsLp()
+    lp.num_col_, lp.num_row_ = matrix.shape[1], matrix.shape[0]
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = matrix.shape[1], matrix.shape[0]
+    lp.a_matrix_.format_ = highs_core.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr
+    lp.a_matrix_.index_ = matrix.indices
+    lp.a_matrix_.value_ = matrix.data
+    lp.col_cost_ = cost
+    lp.col_lower_ = bounds[:, 0]
+    lp.col_upper_ = np.where(np.isinf(bounds[:, 1]), inf, bounds[:, 1])
+    lp.row_lower_ = np.full(matrix.shape[0], -inf)
+    lp.row_upper_ = b_ub
+    options = highs_core.HighsOptions()
+    options.output_flag = False
+    options.log_to_console = False
+    options.time_limit = float(time_limit_s)
+    options.solver = "simplex"
+    options.simplex_strategy = simplex_constants.SimplexStrategy.kSimplexStrategyDual
+    options.simplex_dual_edge_weight_strategy = \
+        simplex_constants.SimplexEdgeWeightStrategy.kSimplexEdgeWeightStrategyDevex
+    solver = highs_core._Highs()
+    solver.passOptions(options)
+    solver.passModel(lp)
+    solver.run()
+    if solver.getModelStatus() != highs_core.HighsModelStatus.kOptimal:
+        return None
+    return np.asarray(solver.getSolution().col_value)
 
 
 @njit(cache=True)
