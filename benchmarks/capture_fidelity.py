@@ -11,16 +11,18 @@ For each zoo target, on this machine's CPU:
 Capture and eager steps alternate ``--rounds`` times; each round gives one ratio, so load from other
 processes during a round affects both sides of it. The row reports the median ratio and the range.
 
-Also records op counts per role and capture times (trace, total).
+Also records op counts per role, capture times (trace, total) and the 1-minute load average before and
+after each target.
 
-    .venv/bin/python benchmarks/capture_fidelity.py                 # default targets below
-    .venv/bin/python benchmarks/capture_fidelity.py zoo:mlp zoo:gnmt:preset=small
+    .venv/bin/python benchmarks/capture_fidelity.py                 # every zoo model, preset=medium
+    .venv/bin/python benchmarks/capture_fidelity.py zoo:mlp zoo:gnmt:preset=small --out ...
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -34,13 +36,10 @@ from devplace.torchcapture.costs import CLOCKS
 from devplace.torchcapture.targets import load_target
 from devplace.cluster import uniform_cluster
 
-DEFAULT_TARGETS = [
-    "zoo:mlp:batch=64,in_features=256,hidden_units=512,layers=3",
-    "zoo:small_cnn:batch=16,image_size=32,channels=16",
-    "zoo:rnnlm:preset=small",
-    "zoo:transformer:preset=small",
-    "zoo:gnmt:preset=small",
-]
+# Every zoo model at its 'medium' preset (a one-thread CPU step of ~10-500 ms); the 'small' presets
+# (ops of 1-10 us, where the per-op call cost shows) are in BENCHMARKS.md too: pass them by name.
+ZOO_MODELS = ["mlp", "small_cnn", "rnnlm", "transformer", "gnmt", "resnet50", "inception_v3", "nasnet"]
+DEFAULT_TARGETS = [f"zoo:{name}:preset=medium" for name in ZOO_MODELS]
 
 
 def eager_step_us(model, example_inputs, loss_fn, targets, *, steps: int, warmup: int, clock=time.perf_counter_ns) -> float:
@@ -64,6 +63,7 @@ def measure(target: str, *, steps: int, repeats: int, rounds: int, clock: str) -
     inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
     cluster = uniform_cluster(1, kind="cpu", memory_bytes=1e15)
     sims, eagers, captures, ratios = [], [], [], []
+    load_before = os.getloadavg()[0]
     for _ in range(rounds):
         started = time.perf_counter()
         graph = dp.capture(model, tuple(inputs), loss_fn, cost="measured", targets=targets, repeats=repeats,
@@ -87,6 +87,7 @@ def measure(target: str, *, steps: int, repeats: int, rounds: int, clock: str) -
         "ratio_min": round(min(ratios), 3),
         "ratio_max": round(max(ratios), 3),
         "round_ratios": [round(r, 3) for r in ratios],
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after
     }
 
 
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
         print(f"{row['target']}: {row['ops']} ops, eager {row['eager_step_us']:.0f} us, "
               f"simulated {row['simulated_step_us']:.0f} us, ratio {row['ratio']:.3f} "
               f"({row['ratio_min']:.2f}-{row['ratio_max']:.2f}), "
-              f"capture {row['capture_s']:.1f} s", flush=True)
+              f"capture {row['capture_s']:.1f} s, load {row['load_average_1min']}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.platform(), "torch": torch.__version__,
