@@ -146,12 +146,11 @@ def test_tight_memory_repair_finds_a_fit_where_no_device_and_no_baechi_placer_do
     for baseline in ("single", "m-etf", "m-topo"):
         with pytest.raises(OutOfMemoryError):
             dp.place(g, c, baseline)
-    p = dp.place(g, c, "sim-search", max_evals=100, quiet=True, seeds=("single", "m-etf", "round-robin"))
+    p = dp.place(g, c, "sim-search", max_evals=100, quiet=True, seeds=("single", "m-etf"))
     result = dp.simulate(g, c, p)                          # place() checked it too; check it here anyway
     assert (result.peak_memory_bytes <= c.memory_bytes).all() and len(set(p.devices.tolist())) >= 3
     assert p.colocation_violations(g) == []
-    # a backward op runs where its forward op ran: its activation never crosses a device
-    assert all(p.devices[g.index(f"b{k}")] == p.devices[g.index(f"f{k}")] for k in range(12))
+    assert p.options["best_seed"].startswith(("pipeline", "repair"))   # neither seed could start it
 
 
 def test_oom_error_names_the_least_overflow_and_the_largest_groups():
@@ -170,3 +169,22 @@ def test_repair_is_deterministic_for_a_seed():
             for _ in range(2)]
     assert runs[0].devices.tolist() == runs[1].devices.tolist()
     assert runs[0].options["evals"] == runs[1].options["evals"]
+
+
+def test_backward_ops_tied_to_the_loss_follow_their_input_instead():
+    # captures give a weight-gradient sum the loss as mirror; 70 such ops would all follow the loss
+    from devplace.placers._moves import leader_units
+
+    b = GraphBuilder(["gpu"])
+    b.add_op("loss", compute_us=1.0)
+    for k in range(70):
+        b.add_op(f"f{k}", compute_us=1.0, output_bytes=100)
+        b.add_edge(f"f{k}", "loss", bytes=100)
+    for k in range(70):
+        b.add_op(f"g{k}", compute_us=1.0, role="backward", mirror="loss")
+        b.add_edge("loss", f"g{k}", bytes=1)
+        b.add_edge(f"f{k}", f"g{k}", bytes=100)
+    g = b.build()
+    units = leader_units(g)
+    assert all(units.unit_of[g.index(f"g{k}")] == units.unit_of[g.index(f"f{k}")] for k in range(70))
+    assert len({int(units.unit_of[g.index(f"g{k}")]) for k in range(70)}) == 70

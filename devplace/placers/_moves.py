@@ -83,16 +83,23 @@ def upward_rank_us(graph, cluster, devices: np.ndarray, op_time_us: np.ndarray) 
 
 
 # ---------------------------------------------------------------- memory repair and pipelines
-def leader_units(graph) -> Units:
+def leader_units(graph, closed: bool = False) -> Units:
     """Each forward op with the backward and update ops that follow it (``forward_leaders``).
 
     Moving a forward op without its backward ops frees nothing: the simulator then keeps a copy of
-    the activation on the old device until the backward op there has run. These units are not closed
-    under colocation (that closure merges whole LSTM stacks on GNMT), so a move widens them with
-    ``with_colocation``."""
+    the activation on the old device until the backward op there has run. With ``closed`` a
+    colocation group joins its members' units whole (safe to move as is, but a parameter's update
+    ops then drag layers together); else a move must widen the unit with ``with_colocation``."""
     from devplace.transforms import forward_leaders
+    from devplace.transforms.coplacement import _colocation_pairs, join_pairs
 
-    return Units.from_labels(graph, _without_hubs(graph, forward_leaders(graph)))
+    leader = _without_hubs(graph, forward_leaders(graph))
+    if not closed:
+        return Units.from_labels(graph, leader)
+    first, member = _colocation_pairs(graph)
+    every = np.arange(graph.n_ops, dtype=np.int64)
+    return Units.from_labels(graph, join_pairs(graph.n_ops, np.concatenate([first, every]),
+                                               np.concatenate([member, leader])))
 
 
 def _without_hubs(graph, leader: np.ndarray, hub_share: float = 0.01) -> np.ndarray:

@@ -118,6 +118,9 @@ class _Search:
         self.fine = Units.from_labels(graph, colocation_units(graph))
         self.coarse = Units.from_labels(graph, coplacement_groups(graph))
         self.leaders = leader_units(graph)      # forward op + the ops that follow it; widened by colocation
+        if self.coarse.n_units and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2:
+            # one co-placement group holds most of the step: anneal over forward+backward groups instead
+            self.coarse = leader_units(graph, closed=True)
         self.memory_is_ample = self._memory_is_ample()
         self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
