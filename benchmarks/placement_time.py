@@ -8,13 +8,23 @@ added with ``--graph PATH``; they are placed on the same cluster unless they car
 
     .venv/bin/python benchmarks/placement_time.py [--sizes 1000 5000 20000] [--graph FILE ...]
         [--transform coplacement fusion] [--out FILE]
+
+Issue 4's GNMT table (``--gnmt``): the 4-layer GNMT of length 40 and 50 captured with roofline costs
+for baechi-4x2080 (captured once into ``benchmarks/.cache/``, or given with ``--graph``), each
+placer unfused and with co-placement + fusion, with ample memory and at 30% of it; medians of
+``--repeats`` runs after a warm-up, wall and CPU time, the load average beside them. Writes
+``benchmarks/results/placement_time_gnmt.json``:
+
+    .venv/bin/python benchmarks/placement_time.py --gnmt [--graph FILE ...] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -74,6 +84,151 @@ def bench(name: str, graph: OpGraph, cluster, algos=ALGOS, **transforms) -> dict
     return row
 
 
+# ------------------------------------------------------------------------------ issue 4: GNMT
+GNMT_TARGETS = {"gnmt-len40": "zoo:gnmt:layers=4,seq_len=40", "gnmt-len50": "zoo:gnmt:layers=4,seq_len=50"}
+GNMT_RESULTS = Path(__file__).parent / "results" / "placement_time_gnmt.json"
+CACHE = Path(__file__).parent / ".cache"
+AMPLE = 4.0   # as reproduce_papers.py: 4 x 8 GiB per GPU, where memory binds no placer
+BAECHI_GNMT = {   # REFERENCE.md, m-SCT: ops, placement s and step s unoptimized, then optimized
+    "gnmt-len40": {"ops": 18050, "placement_s": 275.1, "step_s": 0.580,
+                   "opt_ops": 542, "opt_placement_s": 1.2, "opt_step_s": 0.212},
+    "gnmt-len50": {"ops": 22340, "placement_s": 406.1, "step_s": 0.793,
+                   "opt_ops": 706, "opt_placement_s": 2.4, "opt_step_s": 0.267},
+}
+
+
+def captured_gnmt(name: str) -> OpGraph:
+    """The roofline GNMT for baechi-4x2080, captured once (about a minute) into benchmarks/.cache/."""
+    path = CACHE / f"placement_time_{name}.json"
+    if not path.exists():
+        from devplace.torchcapture import profile_target
+
+        graph = profile_target(GNMT_TARGETS[name], cost="roofline", cluster=load_cluster("baechi-4x2080"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dp.save_graph(graph, path)
+    return dp.load_graph(path)
+
+
+def _timed(function):
+    """(result, wall s, CPU s) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = function()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _median(runs: list[tuple[float, float]]) -> dict:
+    return {"wall_s": round(statistics.median(w for w, _ in runs), 4),
+            "cpu_s": round(statistics.median(c for _, c in runs), 4),
+            "wall_runs_s": [round(w, 4) for w, _ in runs]}
+
+
+def time_placer(graph: OpGraph, cluster, algo: str, optimized: bool, repeats: int) -> dict:
+    """Three timings of one placer, each the median of ``repeats`` runs after a warm-up run:
+
+    - ``transform``: co-placement + fusion alone (``devplace.transforms.optimize``);
+    - ``placer``: the placing algorithm alone, on the graph it sees (the fused one when optimized);
+    - ``end_to_end``: the whole ``devplace.place`` call: transform, placer, expansion back to every
+      op and the feasibility simulation (colocation and memory check on the original graph)."""
+    from devplace.placers import available
+    from devplace.transforms import optimize
+
+    flags = {"coplacement": optimized, "fusion": optimized}
+    row: dict = {"algo": algo, "optimized": optimized}
+    try:
+        placement = dp.place(graph, cluster, algo=algo, **flags)           # warm-up (numba caches)
+    except dp.DevplaceError as exc:
+        return row | {"error": str(exc)}
+    seen = optimize(graph, **flags).graph if optimized else graph
+    function = available()[algo].function
+    transform, placer, end_to_end = [], [], []
+    for _ in range(repeats):
+        if optimized:
+            transform.append(_timed(lambda: optimize(graph, **flags))[1:])
+        placer.append(_timed(lambda: function(seen, cluster, seed=0))[1:])
+        placement, wall, cpu = _timed(lambda: dp.place(graph, cluster, algo=algo, **flags))
+        end_to_end.append((wall, cpu))
+    result = dp.simulate(graph, cluster, placement)
+    row |= {"ops_placed": seen.n_ops, "placer": _median(placer), "end_to_end": _median(end_to_end),
+            "step_ms": round(result.step_time_us / 1e3, 3),
+            "devices_used": int(len(np.unique(placement.devices))),
+            "peak_gib": [round(x / 2**30, 3) for x in result.peak_memory_bytes]}
+    if optimized:
+        row["transform"] = _median(transform)
+    for key in ("lp_status", "lp_makespan_us", "favorite_children"):
+        if key in placement.options:
+            row[key] = placement.options[key]
+    return row
+
+
+MEMORY_SETTINGS = {"ample": AMPLE, "1.0": 1.0, "0.3": 0.3}
+
+
+def gnmt_table(graphs: dict[str, OpGraph], repeats: int, out: Path, memory_settings=tuple(MEMORY_SETTINGS)) -> None:
+    """Issue 4's figures for each graph, memory setting, placer and mode, written to ``out``."""
+    from devplace.transforms import optimize
+
+    base = load_cluster("baechi-4x2080")
+    rows = []
+    for name, graph in graphs.items():
+        fused = optimize(graph, coplacement=True, fusion=True).graph
+        for memory in memory_settings:
+            cluster = base.with_memory_fraction(MEMORY_SETTINGS[memory])
+            try:
+                single = dp.simulate(graph, cluster, dp.place(graph, cluster, algo="single")).step_time_us / 1e3
+            except dp.DevplaceError:
+                single = None
+            for optimized in (False, True):
+                for algo in ALGOS:
+                    load = os.getloadavg()[0]
+                    row = {"graph": name, "ops": graph.n_ops, "fused_ops": fused.n_ops, "memory": memory,
+                           "single_step_ms": single, "load_1min_before": round(load, 2)}
+                    row |= time_placer(graph, cluster, algo, optimized, repeats)
+                    row["load_1min_after"] = round(os.getloadavg()[0], 2)
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count()},
+        "cluster": f"baechi-4x2080; memory 'ample' = x{AMPLE}, '1.0' = the 8 GiB cards, '0.3' = 30% of each",
+        "repeats": repeats, "baechi_m_sct": BAECHI_GNMT, "rows": rows,
+    }, indent=1))
+
+
+def gnmt_markdown(path: Path, before: Path | None = None) -> str:
+    """The BENCHMARKS.md table from a ``--gnmt`` results file (and optionally an earlier run's)."""
+    def load(p):
+        return {(r["graph"].removeprefix("placement_time_"), r["memory"], r["algo"], r["optimized"]): r
+                for r in json.loads(p.read_text())["rows"]}
+
+    def seconds(row, part):
+        if row is None or "error" in row:
+            return "-"
+        return f"{row[part]['cpu_s']:.3f} ({row[part]['wall_s']:.2f})"
+
+    now, then = load(path), (load(before) if before else {})
+    lines = ["| GNMT | memory | placer | ops placed | unfused: placer / end-to-end s | step ms "
+             "| + co-placement + fusion: transform / placer / end-to-end s | step ms "
+             "| before this change, end-to-end s: unfused / optimized |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (graph, memory, algo, optimized), plain in now.items():
+        if optimized:
+            continue
+        fused = now.get((graph, memory, algo, True))
+        if "error" in plain and (fused is None or "error" in fused):
+            lines.append(f"| {graph} | {memory} | {algo} | {plain['ops']:,} / {plain['fused_ops']:,} "
+                         f"| does not fit | | does not fit | | |")
+            continue
+        old = [then.get((graph, memory, algo, flag)) for flag in (False, True)]
+        step = [f"{r['step_ms']:.0f}" if r and "error" not in r else "-" for r in (plain, fused)]
+        lines.append(
+            f"| {graph} | {memory} | {algo} | {plain['ops']:,} / {plain['fused_ops']:,} "
+            f"| {seconds(plain, 'placer')} / {seconds(plain, 'end_to_end')} | {step[0]} "
+            f"| {seconds(fused, 'transform')} / {seconds(fused, 'placer')} / {seconds(fused, 'end_to_end')} "
+            f"| {step[1]} | {seconds(old[0], 'end_to_end')} / {seconds(old[1], 'end_to_end')} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 5000, 20000])
@@ -81,8 +236,23 @@ def main() -> None:
     parser.add_argument("--cluster", default="baechi-4x2080")
     parser.add_argument("--transform", nargs="*", default=[], choices=["coplacement", "fusion", "forward_only"],
                         help="Baechi's graph optimizations to apply before placing")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--gnmt", action="store_true", help="issue 4's GNMT table (see the module docstring)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure with --gnmt (median)")
+    parser.add_argument("--memory", nargs="*", default=list(MEMORY_SETTINGS), choices=list(MEMORY_SETTINGS),
+                        help="memory settings with --gnmt: ample (x4), 1.0 (8 GiB cards), 0.3 (Baechi's 30%%)")
+    parser.add_argument("--table", nargs="*", type=Path, default=None, metavar="RESULTS [BEFORE]",
+                        help="print the markdown table of a --gnmt results file (beside an earlier run's)")
     args = parser.parse_args()
+    if args.table is not None:
+        print(gnmt_markdown(*(args.table or [GNMT_RESULTS])))
+        return
+    if args.gnmt:
+        graphs = {Path(p).stem.removeprefix("placement_time_"): dp.load_graph(p) for p in args.graph} or \
+            {name: captured_gnmt(name) for name in GNMT_TARGETS}
+        gnmt_table(graphs, args.repeats, args.out or GNMT_RESULTS, args.memory)
+        return
+    args.out = args.out or RESULTS
     cluster = load_cluster(args.cluster).with_memory_fraction(1000.0)   # ample memory
     # compile once outside the timings, as a long-lived process would
     bench("warm-up", random_layered_dag(50, seed=1), cluster)
