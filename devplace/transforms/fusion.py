@@ -34,7 +34,7 @@ from devplace.transforms.coplacement import _find, _numbered_roots
 EMPTY, GONE = -1, -2
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _slot(keys, key):
     """Where ``key`` is in the open-addressing table, or where it would go (linear probing)."""
     mask = keys.shape[0] - 1
