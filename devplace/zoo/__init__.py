@@ -23,7 +23,7 @@ Configurations
 --------------
 Every model has its paper configuration as defaults (``spec(name).defaults``), named presets (every
 model has ``small``: tiny and fast, for tests; and ``medium``: a one-thread CPU training step of
-roughly 10-500 ms, the sizes of the capture-fidelity table in BENCHMARKS.md) and accepts overrides
+roughly 5-250 ms, the sizes of the capture-fidelity table in BENCHMARKS.md) and accepts overrides
 of any default key::
 
     zoo.build("gnmt")                          # the paper configuration
