@@ -9,7 +9,7 @@ runs right after it on the same device, so the transfer is not paid), ``s_i`` >=
 - sum of x_e over j's in-edges >= in_degree(j) - 1     (at most one favorite parent)
 - s_i + p_i <= w for each op without successors (the others are bounded through their successors)
 
-Minimise w. The matrix is built sparse and solved by HiGHS through ``scipy.optimize.linprog``.
+Minimise w. The matrix is built sparse and solved by HiGHS (the ``highspy`` package).
 
 >>> import numpy as np
 >>> round_favorites(np.array([0, 0]), np.array([1, 2]), np.array([0.0, 0.05]), 3).tolist()
@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from scipy import sparse
-from scipy.optimize import linprog
 
 FAVORITE_THRESHOLD = 0.1   # Baechi's code: x <= 0.1 means favorite
 
@@ -135,27 +134,20 @@ def _solve(n, src, dst, time_us, edge_us, time_limit_s):
     return x, solution[n_var : n_var + n], float(solution[w_col])
 
 
-def _run_highs(cost, a_ub, b_ub, bounds, time_limit_s, direct: bool = True):
+def _run_highs(cost, a_ub, b_ub, bounds, time_limit_s):
     """min cost.x subject to a_ub x <= b_ub and bounds: x, or None unless HiGHS proved it optimal.
 
-    HiGHS's dual simplex with devex pricing (fastest here). It is called through scipy's HiGHS
-    binding directly when scipy is the pinned 1.17 (linprog's wrapper spends ~20 ms a call on
-    duals and option checks that m-SCT does not need), else through ``linprog``."""
-    try:
-        from scipy.optimize._highspy import _core as highs_core
-        from scipy.optimize._highspy._core import simplex_constants
-    except ImportError:
-        direct = False
-    if not direct:
-        result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs-ds",
-                         options={"time_limit": time_limit_s, "simplex_dual_edge_weight_strategy": "devex"})
-        return result.x if result.x is not None and result.status == 0 else None
-    inf = highs_core.kHighsInf
+    HiGHS through its own Python package, as a dual simplex with devex pricing (fastest here);
+    scipy's ``linprog`` runs the same solver but spends ~20 ms a call on duals and option checks
+    that m-SCT never reads."""
+    import highspy
+
+    inf = highspy.kHighsInf
     matrix = sparse.csc_array(a_ub)
-    lp = highs_core.HighsLp()
+    lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = matrix.shape[1], matrix.shape[0]
     lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = matrix.shape[1], matrix.shape[0]
-    lp.a_matrix_.format_ = highs_core.MatrixFormat.kColwise
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = matrix.indptr
     lp.a_matrix_.index_ = matrix.indices
     lp.a_matrix_.value_ = matrix.data
@@ -164,19 +156,18 @@ def _run_highs(cost, a_ub, b_ub, bounds, time_limit_s, direct: bool = True):
     lp.col_upper_ = np.where(np.isinf(bounds[:, 1]), inf, bounds[:, 1])
     lp.row_lower_ = np.full(matrix.shape[0], -inf)
     lp.row_upper_ = b_ub
-    options = highs_core.HighsOptions()
-    options.output_flag = False
-    options.log_to_console = False
-    options.time_limit = float(time_limit_s)
-    options.solver = "simplex"
-    options.simplex_strategy = simplex_constants.SimplexStrategy.kSimplexStrategyDual
-    options.simplex_dual_edge_weight_strategy = \
-        simplex_constants.SimplexEdgeWeightStrategy.kSimplexEdgeWeightStrategyDevex
-    solver = highs_core._Highs()
-    solver.passOptions(options)
+    solver = highspy.Highs()
+    for option, value in (
+        ("output_flag", False),
+        ("time_limit", float(time_limit_s)),
+        ("solver", "simplex"),
+        ("simplex_strategy", 1),                     # dual simplex
+        ("simplex_dual_edge_weight_strategy", 1),    # devex pricing
+    ):
+        solver.setOptionValue(option, value)
     solver.passModel(lp)
     solver.run()
-    if solver.getModelStatus() != highs_core.HighsModelStatus.kOptimal:
+    if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     return np.asarray(solver.getSolution().col_value)
 
