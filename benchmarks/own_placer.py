@@ -10,6 +10,7 @@ depend on the machine's speed (its placement time does).
     .venv/bin/python benchmarks/own_placer.py            # everything (resumes finished cases)
     .venv/bin/python benchmarks/own_placer.py --force    # recompute
     .venv/bin/python benchmarks/own_placer.py --table    # only print the markdown table
+    .venv/bin/python benchmarks/own_placer.py --ours-only  # rerun only sim-search in finished cases
 
 Zoo graphs are captured once into ``benchmarks/.cache/`` (shared with ``reproduce_papers.py``).
 Results: ``benchmarks/results/own_placer.json``.
@@ -70,15 +71,18 @@ def load_case(case: dict):
     return graph, cluster
 
 
+def _progress(row):
+    what = f"{row.step_time_us / 1e3:10.3f} ms" if row.step_time_us is not None else "no placement"
+    print(f"    {row.algorithm:12s} {what}  ({row.placement_time_s or 0:.1f} s)", flush=True)
+
+
+def run_ours(graph, cluster) -> list:
+    return compare(graph, cluster, [OURS], options={OURS: {"quiet": True}}, on_row=_progress).rows
+
+
 def run_case(case: dict) -> dict:
     graph, cluster = load_case(case)
-
-    def progress(row):
-        what = f"{row.step_time_us / 1e3:10.3f} ms" if row.step_time_us is not None else "no placement"
-        print(f"    {row.algorithm:12s} {what}  ({row.placement_time_s or 0:.1f} s)", flush=True)
-
-    rows = compare(graph, cluster, baselines(), on_row=progress).rows
-    rows += compare(graph, cluster, [OURS], options={OURS: {"quiet": True}}, on_row=progress).rows
+    rows = compare(graph, cluster, baselines(), on_row=_progress).rows + run_ours(graph, cluster)
     return {"case": case, "cluster": cluster.name, "ops": graph.n_ops,
             "rows": [row.to_dict() for row in rows]}
 
@@ -122,11 +126,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="recompute finished cases")
     parser.add_argument("--table", action="store_true", help="only print the table")
     parser.add_argument("--only", nargs="*", help="case ids to run")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="in finished cases rerun only sim-search (after a change to it), keeping the baselines")
     args = parser.parse_args(argv)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if not args.table:
         for case in cases():
             if args.only and case["id"] not in args.only:
+                continue
+            if args.ours_only and case["id"] in results:
+                print(f"[{case['id']}] {OURS} only", flush=True)
+                graph, cluster = load_case(case)
+                entry = results[case["id"]]
+                if entry["ops"] != graph.n_ops:
+                    raise SystemExit(f"{case['id']}: the graph has changed since the baselines ran; use --force")
+                entry["rows"] = [r for r in entry["rows"] if r["algorithm"] != OURS] + [
+                    row.to_dict() for row in run_ours(graph, cluster)]
+                write_text_atomic(RESULTS, json.dumps(results, indent=1))
                 continue
             if case["id"] in results and not args.force:
                 continue

@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                 began = time.perf_counter()
                 entry = run_case(case, missing if done else None)
                 seconds = round(time.perf_counter() - began, 1)
+                if done and entry["ops"] != done["ops"]:
+                    raise SystemExit(f"{case['id']}: the graph has changed since its other rows ran; use --force")
                 if done:   # keep the finished rows, add the new ones
                     entry = done | {"rows": done["rows"] + entry["rows"], "seconds": round(done["seconds"] + seconds, 1)}
                 results[case["id"]] = entry | ({} if done else {"seconds": seconds})
@@ -300,7 +302,7 @@ def baechi_table(results: dict) -> str:
             f"| {_cell(t.get('expert'), base, p[1], paper_base)} | {_cell(t.get('m-topo+opt'), base, p[2], paper_base)} "
             f"| {_cell(t.get('m-etf+opt'), base, p[3], paper_base)} | {_cell(t.get('m-sct+opt'), base, p[4], paper_base)} "
             f"| {' / '.join(_ratio(t.get(a), base) for a in ('m-topo', 'm-etf', 'm-sct'))} "
-            f"| {'**' + _ratio(t[OWN], base) + '**' if OWN in t else '-'} "
+            f"| {(f'**{_ratio(t[OWN], base)}**' if isinstance(t[OWN], float) else t[OWN]) if OWN in t else '-'} "
             f"| {fmt_s(place_s.get('m-sct+opt'))} / {fmt_s(place_s.get('m-sct'))} / {fmt_s(place_s.get(OWN))} |"
         )
     return head + "\n".join(lines)

@@ -372,7 +372,7 @@ def _overflow_error(search: _Search) -> OutOfMemoryError:
     units = search.leaders
     live = np.bincount(units.unit_of, weights=live_bytes_at_peak(result), minlength=units.n_units)
     mine = np.unique(units.unit_of[result.devices == worst])
-    largest = mine[np.argsort(-live[mine], kind="stable")[:3]]
+    largest = [u for u in mine[np.argsort(-live[mine], kind="stable")[:3]] if live[u] > 0]
     groups = ", ".join(f"{graph.names[units.members(int(u))[0]]!r} (+{len(units.members(int(u))) - 1} ops) "
                        f"{live[u] / GIB:.3f} GiB" for u in largest)
     return OutOfMemoryError(
