@@ -212,7 +212,7 @@ def test_calibrated_cluster_toml_loads_back(tmp_path):
     path = tmp_path / "here.toml"
     path.write_text(cluster_toml(Measured()))
     cluster = load_cluster(path)
-    assert cluster.n_devices == 2 and cluster.op_gap_us == pytest.approx(4.0) and cluster.comm_model == "pipelined"
+    assert cluster.n_devices == 2 and cluster.op_gap_us == pytest.approx(4.0) and cluster.comm_model == "duplex"
     assert cluster.transfer_us(0, 1, 1 << 20) == pytest.approx(100.0 + (1 << 20) / 1000.0, rel=1e-3)
 
 
@@ -258,14 +258,19 @@ def test_cli_run_prints_measured_and_simulated_step_times(prepared, tmp_path):
     assert bad.returncode == 2 and "made for another graph" in bad.stderr
 
 
-def test_link_fit_reads_bursts_as_the_pipelined_model_does():
-    # a hop costs latency + bytes / bandwidth; a burst of k messages latency + k * bytes / bandwidth
+def test_link_fit_reads_bursts_as_the_communication_model_does():
     sizes = [4096, 65536, 1 << 20]
+    # pipelined: a burst of k messages costs latency + k * bytes / bandwidth
     samples = [(s, 300.0 + s / 500.0, 1) for s in sizes] + [(s, 300.0 + 16 * s / 500.0, 16) for s in sizes]
-    fit = fit_link(samples)
+    fit = fit_link(samples, "pipelined")
     assert fit["latency_us"] == pytest.approx(300.0, rel=1e-6)
     assert fit["bandwidth_bytes_per_us"] == pytest.approx(500.0, rel=1e-6)
     assert fit["messages"] == [1, 1, 1, 16, 16, 16]
+    # duplex: k * (latency + bytes / bandwidth); the pipelined samples read this way give a lower latency
+    samples = [(s, 300.0 + s / 500.0, 1) for s in sizes] + [(s, 16 * (300.0 + s / 500.0), 16) for s in sizes]
+    fit = fit_link(samples, "duplex")
+    assert fit["latency_us"] == pytest.approx(300.0, rel=1e-6)
+    assert fit["bandwidth_bytes_per_us"] == pytest.approx(500.0, rel=1e-6)
 
 
 def test_glue_is_costed_on_the_op_whose_device_runs_it(prepared):

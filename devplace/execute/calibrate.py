@@ -10,12 +10,13 @@ One process per device (as the distributed executor runs them: one thread each, 
   one transfer at a time (a chain of cheap ops alternating between the two devices, run by the
   ranks' interpreters; median per hop, the op's own time removed) and bursts (``BURST`` messages
   posted back to back with ``isend`` while the receiver, its receives posted ahead, takes them in
-  order, as a rank does when it sends several values before its peer needs them). Both are fitted by least squares (relative
-  residuals) to what the ``pipelined`` communication model predicts, ``time_us = b + k * a * bytes``
-  for ``k`` messages (``k = 1`` for a hop): ``latency_us = b``, ``bandwidth_bytes_per_us = 1 / a``.
-  The cluster's ``comm_model`` is ``pipelined``: gloo keeps many messages in flight, so a message's
-  latency overlaps the next ones instead of holding the link (``duplex`` charged every small message
-  the whole latency and over-estimated placements with hundreds of transfers by 2x).
+  order, as a rank does when it sends several values before its peer needs them). Both are fitted
+  by least squares (relative residuals) to what the cluster's communication model predicts for
+  ``k`` messages (``k = 1`` for a hop): ``duplex`` (the default) ``k * (b + a * bytes)``, each
+  message holding the link for its latency; ``pipelined`` ``b + k * a * bytes``, the latency
+  overlapping. ``latency_us = b``, ``bandwidth_bytes_per_us = 1 / a``. Duplex is the default
+  because it predicted real steps better (BENCHMARKS.md, "Execution fidelity": 26% against 52%
+  median error with the same samples): inside a step most transfers wait on one another.
 
 Device figures are the fastest of their repeats (what an op costs; on a shared machine slower
 repeats time other processes' work); link figures are medians, because waiting for the peer to be
@@ -180,13 +181,15 @@ def _hop_us(rank: int, world: int, i: int, j: int, size: int, repeats: int, stat
     return max(statistics.median(times) / HOPS - op_us, 0.0)
 
 
-def fit_link(samples: list[tuple]) -> dict:
-    """Least-squares ``time_us = b + k * a * bytes`` over (bytes, time_us[, k messages]) samples
-    (k = 1 when left out); returns latency ``b``, bandwidth ``1 / a`` and the fit's R^2."""
+def fit_link(samples: list[tuple], comm_model: str = "duplex") -> dict:
+    """Least-squares fit over (bytes, time_us[, k messages]) samples (k = 1 when left out) of
+    ``time_us = k * (b + a * bytes)`` (each message holds the link: duplex, parallel, sequential) or
+    ``b + k * a * bytes`` (``pipelined``); returns latency ``b``, bandwidth ``1 / a`` and R^2."""
     sizes = np.array([s[0] for s in samples], dtype=np.float64)
     times = np.array([s[1] for s in samples], dtype=np.float64)
     counts = np.array([s[2] if len(s) > 2 else 1 for s in samples], dtype=np.float64)
-    design = np.stack([counts * sizes, np.ones_like(sizes)], axis=1)
+    per_message = np.ones_like(sizes) if comm_model == "pipelined" else counts
+    design = np.stack([counts * sizes, per_message], axis=1)
     weight = 1.0 / np.maximum(times, 1e-3)  # relative errors: small messages fix the latency
     (a, b), *_ = np.linalg.lstsq(design * weight[:, None], times * weight, rcond=None)
     a = max(a, 1e-9)
@@ -198,28 +201,30 @@ def fit_link(samples: list[tuple]) -> dict:
 
 
 def calibrate(n_devices: int = 2, *, quick: bool = False, repeats: int | None = None, name: str | None = None,
-              timeout_s: float = 300.0):
-    """Measure ``n_devices`` one-thread CPU processes joined by gloo; return a ``Cluster``."""
+              timeout_s: float = 300.0, comm_model: str = "duplex"):
+    """Measure ``n_devices`` one-thread CPU processes joined by gloo; return a ``Cluster`` whose
+    links are fitted for ``comm_model``."""
     from devplace.cluster import cluster_from_dict
     from devplace.execute.distributed import launch
 
     settings = {"repeats": repeats or (7 if quick else 21), "sizes": QUICK_SIZES_BYTES if quick else SIZES_BYTES}
     done = launch(_measure_body, [()] * n_devices, settings, timeout_s=timeout_s)
-    spec, calibration = spec_from_measurements(done, n_devices, name)
+    spec, calibration = spec_from_measurements(done, n_devices, name, comm_model)
     cluster = cluster_from_dict(spec, default_name=spec["name"])
     cluster.meta["calibration_spec"] = spec
     cluster.meta["calibration"] = calibration
     return cluster
 
 
-def spec_from_measurements(done: dict, n_devices: int, name: str | None) -> tuple[dict, dict]:
+def spec_from_measurements(done: dict, n_devices: int, name: str | None,
+                           comm_model: str = "duplex") -> tuple[dict, dict]:
     figures = [done[r][0] for r in range(n_devices)]
-    fits = {pair: fit_link(samples) for r in range(n_devices) for pair, samples in done[r][1].items()}
+    fits = {pair: fit_link(samples, comm_model) for r in range(n_devices) for pair, samples in done[r][1].items()}
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / n_devices
     spec = {
         "name": name or f"calibrated-{platform.node() or 'host'}-{n_devices}cpu",
         "description": f"{n_devices} one-thread CPU processes with gloo, measured {time.strftime('%Y-%m-%d %H:%M')}",
-        "comm_model": "pipelined",
+        "comm_model": comm_model,
         "op_gap_us": round(statistics.median(f["op_gap_us"] for f in figures), 3),
         "devices": [{
             "name": "cpu", "kind": "cpu", "count": n_devices, "memory_gib": round(memory_gib, 3),
@@ -265,8 +270,8 @@ def _to_toml(spec: dict, cal: dict) -> str:
         return repr(float(v)) if isinstance(v, float) else str(v)
 
     lines = ["# Measured by `devplace calibrate`: one-thread CPU processes joined by gloo.",
-             "# Links fitted as time_us = latency_us + messages * bytes / bandwidth_bytes_per_us (least squares",
-             "# over single hops and bursts of messages in flight: the pipelined communication model)."]
+             "# Links fitted by least squares over single hops and bursts of messages in flight to what",
+             "# comm_model predicts (duplex: messages * (latency_us + bytes / bandwidth_bytes_per_us))."]
     for key in ("name", "description", "comm_model", "op_gap_us"):
         lines.append(f"{key} = {value(spec[key])}")
     for dev in spec["devices"]:
