@@ -9,8 +9,8 @@ MB/s), and ``comm_model`` says how transfers share them:
   transfer holds the sender's and the receiver's channel.
 - ``duplex``: each device has one send channel and one receive channel.
 - ``pipelined``: as ``parallel``, but a transfer holds its channel only for bytes / bandwidth; the
-  latency overlaps the next messages (a transport with many messages in flight, as gloo on one
-  machine). Placers that model links themselves treat it as ``duplex``.
+  latency overlaps the next messages (a transport with many messages in flight). Placers that
+  model links themselves treat it as ``duplex``.
 
 In every model a tensor is sent to a given device at most once and stays cached there.
 
