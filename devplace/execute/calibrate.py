@@ -14,9 +14,10 @@ One process per device (as the distributed executor runs them: one thread each, 
   by least squares (relative residuals) to what the cluster's communication model predicts for
   ``k`` messages (``k = 1`` for a hop): ``duplex`` (the default) ``k * (b + a * bytes)``, each
   message holding the link for its latency; ``pipelined`` ``b + k * a * bytes``, the latency
-  overlapping. ``latency_us = b``, ``bandwidth_bytes_per_us = 1 / a``. Duplex is the default
-  because it predicted real steps better (BENCHMARKS.md, "Execution fidelity": 26% against 52%
-  median error with the same samples): inside a step most transfers wait on one another.
+  overlapping. ``latency_us = b``, ``bandwidth_bytes_per_us = 1 / a``. Duplex is the default:
+  neither predicted real steps consistently better (BENCHMARKS.md, "Execution fidelity": 26%
+  against 52% median error in one run, 64.5% against 56% in another), and duplex is what the
+  placers plan with.
 
 Device figures are the fastest of their repeats (what an op costs; on a shared machine slower
 repeats time other processes' work); link figures are medians, because waiting for the peer to be
