@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -154,10 +154,11 @@ class Cluster:
                                f"{n_devices} devices instead")
         base = first.name.rstrip("0123456789") or first.kind
         devices = [replace(first, name=f"{base}{i}") for i in range(n_devices)]
-        latency = np.full((n_devices, n_devices), self.latency_us[off][0] if self.n_devices > 1 else 0.0)
-        bandwidth = np.full((n_devices, n_devices), self.bandwidth_bytes_per_us[off][0] if self.n_devices > 1 else np.inf)
-        np.fill_diagonal(latency, 0.0)
-        np.fill_diagonal(bandwidth, np.inf)
+        latency, bandwidth = uniform_links(
+            n_devices,
+            self.latency_us[off][0] if self.n_devices > 1 else 0.0,
+            self.bandwidth_bytes_per_us[off][0] if self.n_devices > 1 else np.inf,
+        )
         return replace(self, name=f"{self.name}@{n_devices}dev", devices=devices, latency_us=latency,
                        bandwidth_bytes_per_us=bandwidth)
 
@@ -167,7 +168,7 @@ class Cluster:
             "description": self.description,
             "comm_model": self.comm_model,
             "op_gap_us": self.op_gap_us,
-            "devices": [dev.__dict__ | {} for dev in self.devices],
+            "devices": [asdict(dev) for dev in self.devices],
             "latency_us": self.latency_us.tolist(),
             "bandwidth_bytes_per_us": self.bandwidth_bytes_per_us.tolist(),
         }
@@ -285,12 +286,8 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
     default = links.get("default")
     if default is None and d > 1:
         raise ClusterError(f"cluster {name!r} is missing [links.default] (latency_us and bandwidth_bytes_per_us)")
-    latency = np.zeros((d, d))
-    bandwidth = np.full((d, d), np.inf)
-    if default is not None:
-        lat, bw = _link(default, f"cluster {name!r} [links.default]")
-        latency[:] = lat
-        bandwidth[:] = bw
+    lat, bw = (0.0, np.inf) if default is None else _link(default, f"cluster {name!r} [links.default]")
+    latency, bandwidth = uniform_links(d, lat, bw)
     index = {dev.name: i for i, dev in enumerate(devices)}
     if not isinstance(links.get("pairs", []), list):
         raise ClusterError(f"cluster {name!r} field 'links.pairs' must be a list of [[links.pairs]] tables")
@@ -306,8 +303,6 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
         a, b = index[ends[0]], index[ends[1]]
         latency[a, b] = latency[b, a] = lat
         bandwidth[a, b] = bandwidth[b, a] = bw
-    np.fill_diagonal(latency, 0.0)
-    np.fill_diagonal(bandwidth, np.inf)
     return Cluster(
         name=name,
         devices=devices,
@@ -317,6 +312,15 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
         op_gap_us=_number(spec, "op_gap_us", f"cluster {name!r}", 0.0),
         description=str(spec.get("description", "")),
     )
+
+
+def uniform_links(n_devices: int, latency_us: float, bandwidth_bytes_per_us: float) -> tuple[np.ndarray, np.ndarray]:
+    """Latency and bandwidth matrices with one link between every pair (a device to itself: free)."""
+    latency = np.full((n_devices, n_devices), float(latency_us))
+    bandwidth = np.full((n_devices, n_devices), float(bandwidth_bytes_per_us))
+    np.fill_diagonal(latency, 0.0)
+    np.fill_diagonal(bandwidth, np.inf)
+    return latency, bandwidth
 
 
 def uniform_cluster(
@@ -330,10 +334,7 @@ def uniform_cluster(
     op_gap_us: float = 0.0,
 ) -> Cluster:
     """``n_devices`` identical devices, every pair joined by the same link."""
-    latency = np.full((n_devices, n_devices), float(latency_us))
-    bandwidth = np.full((n_devices, n_devices), float(bandwidth_bytes_per_us))
-    np.fill_diagonal(latency, 0.0)
-    np.fill_diagonal(bandwidth, np.inf)
+    latency, bandwidth = uniform_links(n_devices, latency_us, bandwidth_bytes_per_us)
     return Cluster(
         name=f"{n_devices}x{kind}",
         devices=[Device(f"{kind}{i}", kind, float(memory_bytes)) for i in range(n_devices)],
