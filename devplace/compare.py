@@ -113,7 +113,7 @@ def compare(
             placement = place(graph, cluster, algo=algo, seed=seed, **variant, **options.get(name, {}))
         except DevplaceError as exc:
             row.error = str(exc)
-            row.oom = isinstance(exc, OutOfMemoryError) or "does not fit" in str(exc)
+            row.oom = isinstance(exc, OutOfMemoryError)
         except Exception as exc:  # noqa: BLE001 - a bug in one placer must not hide the other rows
             row.error = f"internal error in the placer ({type(exc).__name__}: {exc})"
         else:
