@@ -2,7 +2,9 @@
 
 A ``Cluster`` is what a placement is made for and simulated on. Links are held as dense
 device-by-device matrices (latency in microseconds, bandwidth in bytes per microsecond, which is
-MB/s), and ``comm_model`` says how transfers share them:
+MB/s; ``send_overhead_us`` / ``recv_overhead_us``: the time each message costs the sending /
+receiving device itself, as when the devices are processes that post and complete transfers on the
+cores they compute on), and ``comm_model`` says how transfers share the links:
 
 - ``parallel``: every ordered device pair has its own channel; transfers on one pair queue.
 - ``sequential``: each device has one channel for all its sends and receives (Baechi's model); a
@@ -59,6 +61,8 @@ class Cluster:
     op_gap_us: float = 0.0
     description: str = ""
     meta: dict = field(default_factory=dict)
+    send_overhead_us: np.ndarray | None = None  # [src, dst]: device time per message, charged to src
+    recv_overhead_us: np.ndarray | None = None  # [src, dst]: charged to dst; both default to zeros
 
     def __post_init__(self) -> None:
         d = len(self.devices)
@@ -82,10 +86,19 @@ class Cluster:
         self.latency_us = np.ascontiguousarray(self.latency_us, dtype=np.float64).reshape(d, d)
         self.bandwidth_bytes_per_us = np.ascontiguousarray(self.bandwidth_bytes_per_us, dtype=np.float64).reshape(d, d)
         off = ~np.eye(d, dtype=bool)
+        for attr in ("send_overhead_us", "recv_overhead_us"):
+            value = getattr(self, attr)
+            value = np.zeros((d, d)) if value is None else np.array(value, dtype=np.float64).reshape(d, d)
+            np.fill_diagonal(value, 0.0)  # a device sends nothing to itself
+            setattr(self, attr, np.ascontiguousarray(value))
         bad_latency = off & ~(np.isfinite(self.latency_us) & (self.latency_us >= 0))
         bad_bandwidth = off & ~(self.bandwidth_bytes_per_us > 0)
+        bad_send = ~(np.isfinite(self.send_overhead_us) & (self.send_overhead_us >= 0))
+        bad_recv = ~(np.isfinite(self.recv_overhead_us) & (self.recv_overhead_us >= 0))
         for bad, what in ((bad_latency, "latency_us must be a finite number >= 0"),
-                          (bad_bandwidth, "bandwidth_bytes_per_us must be > 0")):
+                          (bad_bandwidth, "bandwidth_bytes_per_us must be > 0"),
+                          (bad_send, "send_overhead_us must be a finite number >= 0"),
+                          (bad_recv, "recv_overhead_us must be a finite number >= 0")):
             if bad.any():
                 a, b = (int(x) for x in np.argwhere(bad)[0])
                 raise ClusterError(
@@ -93,7 +106,7 @@ class Cluster:
                 )
         if not (math.isfinite(self.op_gap_us) and self.op_gap_us >= 0):
             raise ClusterError(f"cluster {self.name!r} has op_gap_us = {self.op_gap_us!r}: it must be >= 0")
-        for arr in (self.latency_us, self.bandwidth_bytes_per_us):
+        for arr in (self.latency_us, self.bandwidth_bytes_per_us, self.send_overhead_us, self.recv_overhead_us):
             arr.flags.writeable = False
 
     @property
@@ -122,11 +135,18 @@ class Cluster:
                 return i
         raise ClusterError(f"cluster {self.name!r} has no device {name!r} (it has {', '.join(self.device_names)})")
 
+    @property
+    def message_latency_us(self) -> np.ndarray:
+        """The fixed part of a message's cost that placers plan with: the link's latency plus the
+        device time it costs its sender and receiver (all three delay a consumer on an idle device)."""
+        return self.latency_us + self.send_overhead_us + self.recv_overhead_us
+
     def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
-        """Time to move ``nbytes`` from device ``src`` to ``dst`` on an idle link."""
+        """Time from sending ``nbytes`` on ``src`` until a consumer on ``dst`` can use them, link and
+        devices idle: the message latency (link and both devices' overheads) plus bytes / bandwidth."""
         if src == dst:
             return 0.0
-        return float(self.latency_us[src, dst] + nbytes / self.bandwidth_bytes_per_us[src, dst])
+        return float(self.message_latency_us[src, dst] + nbytes / self.bandwidth_bytes_per_us[src, dst])
 
     def with_memory_fraction(self, fraction: float) -> "Cluster":
         """The same cluster with every device's memory scaled, as Baechi's 30% experiments."""
@@ -145,22 +165,20 @@ class Cluster:
             raise ClusterError(f"a cluster needs at least one device, not {n_devices!r}")
         first = self.devices[0]
         off = ~np.eye(self.n_devices, dtype=bool)
+        links = (self.latency_us, self.bandwidth_bytes_per_us, self.send_overhead_us, self.recv_overhead_us)
         uniform = all(replace(dev, name=first.name) == first for dev in self.devices) and (
-            self.n_devices == 1
-            or (np.ptp(self.latency_us[off]) == 0 and np.ptp(self.bandwidth_bytes_per_us[off]) == 0)
+            self.n_devices == 1 or all(np.ptp(matrix[off]) == 0 for matrix in links)
         )
         if not uniform:
             raise ClusterError(f"cluster {self.name!r} is not uniform (devices or links differ): write a TOML for "
                                f"{n_devices} devices instead")
         base = first.name.rstrip("0123456789") or first.kind
         devices = [replace(first, name=f"{base}{i}") for i in range(n_devices)]
-        latency, bandwidth = uniform_links(
-            n_devices,
-            self.latency_us[off][0] if self.n_devices > 1 else 0.0,
-            self.bandwidth_bytes_per_us[off][0] if self.n_devices > 1 else np.inf,
-        )
+        one = [matrix[off][0] if self.n_devices > 1 else default for matrix, default in zip(links, (0.0, np.inf, 0.0, 0.0))]
+        latency, bandwidth = uniform_links(n_devices, one[0], one[1])
         return replace(self, name=f"{self.name}@{n_devices}dev", devices=devices, latency_us=latency,
-                       bandwidth_bytes_per_us=bandwidth)
+                       bandwidth_bytes_per_us=bandwidth, send_overhead_us=np.full((n_devices, n_devices), one[2]),
+                       recv_overhead_us=np.full((n_devices, n_devices), one[3]))
 
     def to_dict(self) -> dict:
         return {
@@ -171,6 +189,8 @@ class Cluster:
             "devices": [asdict(dev) for dev in self.devices],
             "latency_us": self.latency_us.tolist(),
             "bandwidth_bytes_per_us": self.bandwidth_bytes_per_us.tolist(),
+            "send_overhead_us": self.send_overhead_us.tolist(),
+            "recv_overhead_us": self.recv_overhead_us.tolist(),
         }
 
 
@@ -215,28 +235,30 @@ def _number(table: dict, key: str, where: str, default: float | None = None) -> 
     return float(value)
 
 
-def _link(table: dict, where: str, extra: tuple[str, ...] = ()) -> tuple[float, float]:
-    """(latency_us, bandwidth_bytes_per_us) from a link table; ``us_per_byte`` is Baechi's form."""
+def _link(table: dict, where: str, extra: tuple[str, ...] = ()) -> tuple[float, float, float, float]:
+    """(latency_us, bandwidth_bytes_per_us, send_overhead_us, recv_overhead_us) from a link table;
+    ``us_per_byte`` is Baechi's form of the bandwidth."""
     _known_fields(table, LINK_FIELDS + extra, where)
-    latency = _number(table, "latency_us", where, 0.0)
-    if latency < 0:
-        raise ClusterError(f"{where} field 'latency_us' must be >= 0, not {latency!r}")
+    latency, send, recv = (_number(table, key, where, 0.0) for key in ("latency_us", "send_overhead_us", "recv_overhead_us"))
+    for key, value in (("latency_us", latency), ("send_overhead_us", send), ("recv_overhead_us", recv)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ClusterError(f"{where} field {key!r} must be >= 0, not {value!r}")
     if "us_per_byte" in table and "bandwidth_bytes_per_us" in table:
         raise ClusterError(f"{where} gives both 'us_per_byte' and 'bandwidth_bytes_per_us': keep one")
     if "us_per_byte" in table:
         per_byte = _number(table, "us_per_byte", where)
         if per_byte <= 0:
             raise ClusterError(f"{where} field 'us_per_byte' must be > 0")
-        return latency, 1.0 / per_byte
+        return latency, 1.0 / per_byte, send, recv
     bandwidth = _number(table, "bandwidth_bytes_per_us", where)
     if bandwidth <= 0:
         raise ClusterError(f"{where} field 'bandwidth_bytes_per_us' must be > 0, not {bandwidth!r}")
-    return latency, bandwidth
+    return latency, bandwidth, send, recv
 
 
 TOP_FIELDS = ("name", "description", "comm_model", "op_gap_us", "devices", "links")
 DEVICE_FIELDS = ("name", "kind", "count", "memory_gib", "memory_bytes", "peak_tflops", "memory_bandwidth_gbps")
-LINK_FIELDS = ("latency_us", "bandwidth_bytes_per_us", "us_per_byte")
+LINK_FIELDS = ("latency_us", "bandwidth_bytes_per_us", "us_per_byte", "send_overhead_us", "recv_overhead_us")
 
 
 def _known_fields(table, allowed: tuple[str, ...], where: str) -> dict:
@@ -286,8 +308,9 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
     default = links.get("default")
     if default is None and d > 1:
         raise ClusterError(f"cluster {name!r} is missing [links.default] (latency_us and bandwidth_bytes_per_us)")
-    lat, bw = (0.0, np.inf) if default is None else _link(default, f"cluster {name!r} [links.default]")
+    lat, bw, send, recv = (0.0, np.inf, 0.0, 0.0) if default is None else _link(default, f"cluster {name!r} [links.default]")
     latency, bandwidth = uniform_links(d, lat, bw)
+    send_overhead, recv_overhead = np.full((d, d), send), np.full((d, d), recv)
     index = {dev.name: i for i, dev in enumerate(devices)}
     if not isinstance(links.get("pairs", []), list):
         raise ClusterError(f"cluster {name!r} field 'links.pairs' must be a list of [[links.pairs]] tables")
@@ -299,10 +322,9 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
                 f"{where} field 'devices' must name two different devices of the cluster "
                 f"({', '.join(index)}), not {ends!r}"
             )
-        lat, bw = _link(pair, where, extra=("devices",))
         a, b = index[ends[0]], index[ends[1]]
-        latency[a, b] = latency[b, a] = lat
-        bandwidth[a, b] = bandwidth[b, a] = bw
+        for matrix, value in zip((latency, bandwidth, send_overhead, recv_overhead), _link(pair, where, extra=("devices",))):
+            matrix[a, b] = matrix[b, a] = value
     return Cluster(
         name=name,
         devices=devices,
@@ -311,6 +333,8 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
         bandwidth_bytes_per_us=bandwidth,
         op_gap_us=_number(spec, "op_gap_us", f"cluster {name!r}", 0.0),
         description=str(spec.get("description", "")),
+        send_overhead_us=send_overhead,
+        recv_overhead_us=recv_overhead,
     )
 
 
@@ -332,6 +356,8 @@ def uniform_cluster(
     bandwidth_bytes_per_us: float = 1e4,
     comm_model: str = "parallel",
     op_gap_us: float = 0.0,
+    send_overhead_us: float = 0.0,
+    recv_overhead_us: float = 0.0,
 ) -> Cluster:
     """``n_devices`` identical devices, every pair joined by the same link."""
     latency, bandwidth = uniform_links(n_devices, latency_us, bandwidth_bytes_per_us)
@@ -342,4 +368,6 @@ def uniform_cluster(
         latency_us=latency,
         bandwidth_bytes_per_us=bandwidth,
         op_gap_us=op_gap_us,
+        send_overhead_us=np.full((n_devices, n_devices), float(send_overhead_us)),
+        recv_overhead_us=np.full((n_devices, n_devices), float(recv_overhead_us)),
     )

@@ -101,6 +101,28 @@ us_per_byte = 0.5
     c = load_cluster(str(path))
     assert c.name == "mine" and c.device_names == ["gpu0", "gpu1"]
     assert c.transfer_us(1, 0, 10) == 1 + 5.0
+    assert c.send_overhead_us.tolist() == [[0, 0], [0, 0]]  # left out: free
+
+
+def test_message_overheads_load_per_link_and_survive_resizing(tmp_path):
+    path = write(tmp_path, GOOD.replace("count = 2", "count = 3").replace(
+        "bandwidth_bytes_per_us = 100", "bandwidth_bytes_per_us = 100\nsend_overhead_us = 4\nrecv_overhead_us = 9") + """
+[[links.pairs]]
+devices = ["gpu0", "gpu2"]
+bandwidth_bytes_per_us = 5
+recv_overhead_us = 1.5
+""")
+    c = load_cluster(path)
+    assert c.send_overhead_us.tolist() == [[0, 4, 0], [4, 0, 4], [0, 4, 0]]  # a pair's table replaces the default
+    assert c.recv_overhead_us.tolist() == [[0, 9, 1.5], [9, 0, 9], [1.5, 9, 0]]
+    with pytest.raises(ClusterError, match="not uniform"):
+        c.with_devices(2)
+    two = load_cluster(write(tmp_path, GOOD.replace("latency_us = 2", "latency_us = 2\nrecv_overhead_us = 9"), "u.toml"))
+    assert two.with_devices(4).recv_overhead_us[3, 0] == 9 and two.with_devices(4).recv_overhead_us[2, 2] == 0
+    assert uniform_cluster(2, send_overhead_us=3).to_dict()["send_overhead_us"] == [[0, 3], [3, 0]]
+    # placers plan a message as link latency + both overheads + bytes / bandwidth
+    costly = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, send_overhead_us=3, recv_overhead_us=4)
+    assert costly.transfer_us(0, 1, 1000) == 5 + 3 + 4 + 10 and costly.transfer_us(1, 1, 1000) == 0
 
 
 @pytest.mark.parametrize("edit,pattern", [
@@ -114,6 +136,9 @@ us_per_byte = 0.5
     (('comm_model = "parallel"', 'comm_model = "mesh"'), "comm_model 'mesh'"),
     (('comm_model = "parallel"', 'comm-model = "duplex"'), "unknown field 'comm-model'"),
     (("latency_us = 2", "latency_us = -2"), r"\[links.default\] field 'latency_us'"),
+    (("latency_us = 2", "send_overhead_us = -1"), r"\[links.default\] field 'send_overhead_us' must be >= 0"),
+    (("latency_us = 2", "recv_overhead_us = nan"), r"field 'recv_overhead_us' must be >= 0"),
+    (("latency_us = 2", "recv_overhead = 3"), "unknown field 'recv_overhead'"),
     (("bandwidth_bytes_per_us = 100", "bandwidth_bytes_per_us = 0"), "field 'bandwidth_bytes_per_us' must be > 0"),
     (("bandwidth_bytes_per_us = 100", "bandwith_bytes_per_us = 100"), "unknown field 'bandwith_bytes_per_us'"),
     (("bandwidth_bytes_per_us = 100", ""), "missing the field 'bandwidth_bytes_per_us'"),

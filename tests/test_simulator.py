@@ -139,6 +139,27 @@ def test_op_gap_follows_every_op_and_delays_sends():
     assert simulate(chain, preset, [0, 0, 0]).step_time_us == pytest.approx(6 + 3 * 5.7)
 
 
+def test_message_overheads_are_device_time_paid_before_the_next_op():
+    # a (device 0) feeds b on device 1 and c on device 0; the transfer is 5 + 1000 / 100 = 15 us
+    g = graph_of({"a": {"t": 10}, "b": {"t": 10}, "c": {"t": 10}, "long": {"t": 40}},
+                 [("a", "b", 1000), ("a", "c", 1000)])
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, comm_model="duplex",
+                        send_overhead_us=4, recv_overhead_us=6)
+    # receiver idle: the transfer runs 10-25 while device 0 pays its 4 us (c starts at 14);
+    # device 1 pays 6 us on arrival, so b starts at 31
+    idle = simulate(g, c, place(g, a=0, b=1, c=0, long=0))
+    assert starts(idle) == {"a": 0, "b": 31, "c": 14, "long": 24}
+    # receiver busy with `long` (0-40) when the message arrives at 25: it pays after, b starts at 46
+    busy = simulate(g, c, place(g, a=0, b=1, c=0, long=1))
+    assert starts(busy) == {"a": 0, "b": 46, "c": 14, "long": 0}
+    assert busy.step_time_us == 56 and busy.message_overhead_us.tolist() == [4, 6]
+    assert busy.to_dict()["message_overhead_us"] == [4, 6]
+    # without overheads the same placement is the plain schedule
+    plain = simulate(g, uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, comm_model="duplex"),
+                     place(g, a=0, b=1, c=0, long=1))
+    assert starts(plain) == {"a": 0, "b": 40, "c": 10, "long": 0}
+
+
 def test_priorities_choose_among_ready_ops():
     g = graph_of({"a": {"t": 10}, "b": {"t": 20}, "c": {"t": 1}}, [("b", "c", 0)])
     c = uniform_cluster(1)
@@ -272,6 +293,7 @@ def random_case(draw):
     devices = draw(st.lists(st.integers(0, n_dev - 1), min_size=n, max_size=n))
     model = draw(st.sampled_from(["parallel", "sequential", "duplex", "pipelined"]))
     gap = draw(st.sampled_from([0.0, 0.0, 1.5]))
+    send, recv = draw(st.sampled_from([0.0, 3.0])), draw(st.sampled_from([0.0, 7.5]))
     perm = draw(st.permutations(range(n)))  # op order need not be topological
     priority = draw(st.none() | st.lists(st.integers(0, 5).map(float), min_size=n, max_size=n))
     g = OpGraph(
@@ -283,7 +305,8 @@ def random_case(draw):
         edge_dst=np.array([perm[j] for _, j in chosen], dtype=np.int64),
         edge_bytes=np.array(edge_bytes), edge_fixed_us=np.array(fixed, dtype=float),
     )
-    c = uniform_cluster(n_dev, latency_us=2.0, bandwidth_bytes_per_us=50.0, comm_model=model, op_gap_us=gap)
+    c = uniform_cluster(n_dev, latency_us=2.0, bandwidth_bytes_per_us=50.0, comm_model=model, op_gap_us=gap,
+                        send_overhead_us=send, recv_overhead_us=recv)
     return g, c, np.array(devices, dtype=np.int64), None if priority is None else np.array(priority)
 
 
@@ -332,6 +355,9 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
     free_at = {}  # channel -> time it is free
     done = set()
     queued_ops = set()
+    owed = [0.0] * n_dev  # message overhead a device has not paid yet
+    paying_until = [0.0] * n_dev
+    receipts = []  # (time, device, overhead) of every transfer, charged when it arrives
 
     def channels(a, b):
         return {"parallel": [("pair", a, b)], "sequential": [("dev", a), ("dev", b)],
@@ -366,12 +392,21 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
                     for ch in chans:
                         free_at[ch] = begin + hold
                     arrival[u, dv] = begin + duration
+                    owed[devices[u]] += c.send_overhead_us[devices[u], dv]
+                    receipts.append((begin + duration, dv, c.recv_overhead_us[devices[u], dv]))
+            for when, dv, overhead in receipts:
+                if when == t:
+                    owed[dv] += overhead
+            receipts = [x for x in receipts if x[0] != t]
+            for d in range(n_dev):  # a device not running an op pays what it owes first
+                if running[d] is None and paying_until[d] <= t and owed[d] > 0:
+                    paying_until[d], owed[d] = t + owed[d], 0.0
             for v in range(n):
                 if v not in queued_ops and all(arrival.get((p, devices[v]), np.inf) <= t for p in g.predecessors(v)):
                     queued_ops.add(v)
                     queued[devices[v]].add(v)
             for d in range(n_dev):
-                if running[d] is None and queued[d]:
+                if running[d] is None and paying_until[d] <= t and queued[d]:
                     v = min(queued[d], key=lambda o: (prio[o], o))
                     queued[d].discard(v)
                     running[d] = v
@@ -379,7 +414,8 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
                     finish[v] = t + g.compute_us[v, 0] + c.op_gap_us  # one device kind here
                     progress = True
                     break  # a zero-time op may finish now: settle it before the next device
-        future = [f for f in finish if f > t] + [a for a in arrival.values() if a > t]
+        future = ([f for f in finish if f > t] + [a for a in arrival.values() if a > t]
+                  + [p for p in paying_until if p > t] + [x[0] for x in receipts])
         if len(done) < n:
             t = min(future)
     return start

@@ -46,12 +46,13 @@ def op_times_us(graph, cluster) -> np.ndarray:
 
 
 def mean_edge_us(graph, cluster) -> np.ndarray:
-    """Each edge's transfer time averaged over the cluster's links (0 with one device)."""
+    """Per edge: its fixed time, else its transfer time averaged over the cluster's links, message
+    overheads included (0 with one device)."""
     d = cluster.n_devices
     if d == 1:
         return np.zeros(graph.n_edges)
     off = ~np.eye(d, dtype=bool)
-    latency = float(cluster.latency_us[off].mean())
+    latency = float(cluster.message_latency_us[off].mean())
     us_per_byte = float((1.0 / cluster.bandwidth_bytes_per_us[off]).mean())
     cost = np.where(graph.edge_bytes > 0, latency + graph.edge_bytes * us_per_byte, 0.0)
     fixed = graph.edge_fixed_us
@@ -281,7 +282,7 @@ def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None 
         time_us, float(cluster.op_gap_us), level, np.asarray(favorite, dtype=np.int64), use_favorites,
         graph.colocation, memory.group_ptr, memory.group_members,
         graph.succ_ptr, graph.succ_edge, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.edge_dst,
-        graph.edge_bytes, graph.edge_fixed_us, cluster.latency_us, cluster.bandwidth_bytes_per_us,
+        graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
         cluster.comm_model_code,
         memory.device, memory.reserved_bytes, memory.temp_max, memory.capacity, memory.copy_counted,
         memory.static_bytes, memory.output_bytes, memory.temp_bytes, memory.moves,

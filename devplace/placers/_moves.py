@@ -66,7 +66,7 @@ def edge_transfer_us(graph, cluster, devices: np.ndarray) -> np.ndarray:
         return cost
     s, d = src[cross], dst[cross]
     nbytes = graph.edge_bytes[cross]
-    linked = cluster.latency_us[s, d] + nbytes / cluster.bandwidth_bytes_per_us[s, d]
+    linked = cluster.message_latency_us[s, d] + nbytes / cluster.bandwidth_bytes_per_us[s, d]
     fixed = graph.edge_fixed_us[cross]
     cost[cross] = np.where(np.isnan(fixed), np.where(nbytes > 0, linked, 0.0), fixed)
     return cost

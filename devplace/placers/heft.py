@@ -35,20 +35,7 @@ import numpy as np
 
 from devplace.placement import Placement
 from devplace.placers import register
-
-
-def mean_transfer_us(graph, cluster) -> np.ndarray:
-    """Per edge: its fixed time, else latency + bytes / bandwidth averaged over distinct device pairs."""
-    d = cluster.n_devices
-    if d < 2:
-        return np.zeros(graph.n_edges)
-    off = ~np.eye(d, dtype=bool)
-    mean_latency = cluster.latency_us[off].mean()
-    mean_inverse_bw = (1.0 / cluster.bandwidth_bytes_per_us[off]).mean()
-    cost = np.where(graph.edge_bytes > 0, mean_latency + graph.edge_bytes * mean_inverse_bw, 0.0)
-    fixed = ~np.isnan(graph.edge_fixed_us)
-    cost[fixed] = graph.edge_fixed_us[fixed]
-    return cost
+from devplace.placers._listsched import mean_edge_us
 
 
 def upward_rank(graph, op_time_us: np.ndarray, edge_cost_us: np.ndarray) -> np.ndarray:
@@ -160,7 +147,7 @@ def place(graph, cluster, *, seed: int = 0, insertion: bool = True, contention: 
     n, d = graph.n_ops, cluster.n_devices
     columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
     op_time = graph.compute_us[:, columns] + cluster.op_gap_us
-    rank = upward_rank(graph, op_time, mean_transfer_us(graph, cluster))
+    rank = upward_rank(graph, op_time, mean_edge_us(graph, cluster))
     order = np.lexsort((graph.topo_rank, -rank))
 
     links = _Links(graph, cluster, contention)

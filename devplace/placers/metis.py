@@ -40,7 +40,7 @@ import pymetis
 
 from devplace.placement import Placement
 from devplace.placers import register
-from devplace.placers.heft import mean_transfer_us
+from devplace.placers._listsched import mean_edge_us
 from devplace.transforms.coplacement import colocation_units
 
 _WEIGHT_SCALE = 1_000_000   # METIS wants integers: each weight kind is scaled to this total
@@ -65,7 +65,7 @@ def metis_parts(graph, cluster, units: np.ndarray, *, seed: int = 0, imbalance: 
                          minlength=n_units)
     a, b = units[graph.edge_src], units[graph.edge_dst]
     cross = a != b
-    cost = mean_transfer_us(graph, cluster)[cross]
+    cost = mean_edge_us(graph, cluster)[cross]
     lo, hi = np.minimum(a[cross], b[cross]), np.maximum(a[cross], b[cross])
     key, inverse = np.unique(lo * n_units + hi, return_inverse=True)
     pair_cost = np.bincount(inverse, weights=cost, minlength=len(key))

@@ -5,6 +5,11 @@ Semantics (docs/simulator.md says the same for users):
 - Each device runs one op at a time, never preempted. When it is idle it starts, among the ops whose
   inputs have all arrived on it, the one with the lowest priority value (ties: lowest op index).
 - An op placed on device d with time p starting at s finishes at s + p + op_gap.
+- Messages can cost the devices themselves time (``send_overhead_us`` / ``recv_overhead_us``: a
+  process that posts and completes transfers on the core it computes on). The sender owes its share
+  for each transfer when the producing op finishes, the receiver when the transfer arrives; a device
+  pays what it owes before starting its next op (at once when it is idle), so owed time delays its
+  next op but never an op already running.
 - When op u finishes, its output is sent once to every other device that holds a consumer of u. The
   transfer time is the largest over those edges of (fixed_us if the edge has one, else latency +
   bytes / bandwidth); a zero-byte edge without a fixed time is a pure ordering edge and costs nothing.
@@ -30,6 +35,8 @@ from numba import njit
 
 EVENT_FINISH = 0
 EVENT_ARRIVE = 1
+EVENT_RECEIVED = 2  # a transfer reached its device: the receiver owes its overhead
+EVENT_FREE = 3      # a device has paid what it owed
 
 COMM_PARALLEL = 0
 COMM_SEQUENTIAL = 1
@@ -88,6 +95,21 @@ def _heap_pop(heap_time, heap_key, base, size):
     return top_time, top_key, size
 
 
+@njit(cache=True, inline="always")
+def _release(d, now, owed_us, device_busy, dispatch_pending, event_time, event_key, n_events, n_pending, free_key):
+    """Device ``d`` stops running: it pays what it owes (busy until a FREE event) or becomes idle
+    and asks for a dispatch. Returns the new (n_events, n_pending)."""
+    if owed_us[d] > 0.0:
+        n_events = _heap_push(event_time, event_key, 0, n_events, now + owed_us[d], free_key)
+        owed_us[d] = 0.0
+    else:
+        device_busy[d] = False
+        if not dispatch_pending[d]:
+            dispatch_pending[d] = True
+            n_pending += 1
+    return n_events, n_pending
+
+
 @njit(cache=True)
 def devices_in_range(devices, n_dev):
     """True if every device index is in [0, n_dev): the event loop does not check bounds."""
@@ -101,6 +123,7 @@ def devices_in_range(devices, n_dev):
 def simulate_schedule(
     succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, in_degree,
     op_time_us, devices, priority, latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us,
+    send_overhead_us, recv_overhead_us,
 ):
     """Run the event loop. Returns per-op start/finish/ready/cause/previous-on-device arrays and
     the transfers (producer op, source device, destination device, start, end, bytes)."""
@@ -143,11 +166,13 @@ def simulate_schedule(
     device_busy = np.zeros(n_dev, np.bool_)
     dispatch_pending = np.zeros(n_dev, np.bool_)
     last_on_device = np.full(n_dev, -1, np.int64)
+    owed_us = np.zeros(n_dev)  # message overhead a device must pay before its next op
 
     # event key = kind in the high bits, op below: at equal times finishes come first, then
     # arrivals, each by op index. Shifts decode it cheaper than // and %.
     stride = np.int64(1) << 40
-    capacity = n + n_dev + 1  # pending arrivals (one per op at most) + one finish per device
+    # pending arrivals (one per op at most) + one finish or free per device + one received per transfer
+    capacity = n + n_dev + n_edges + 1
     event_time = np.empty(capacity)
     event_key = np.empty(capacity, np.int64)
     n_events = 0
@@ -184,10 +209,6 @@ def simulate_schedule(
         if kind == EVENT_FINISH:
             u = item
             du = devices[u]
-            device_busy[du] = False
-            if not dispatch_pending[du]:
-                dispatch_pending[du] = True
-                n_pending += 1
             # one transfer per destination device holding a consumer of u
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 e = succ_edge[k]
@@ -236,6 +257,13 @@ def simulate_schedule(
                     xfer_end[n_xfer] = begin + duration
                     xfer_bytes[n_xfer] = dest_bytes[dv]
                     n_xfer += 1
+                    owed_us[du] += send_overhead_us[du, dv]
+                    if recv_overhead_us[du, dv] > 0.0:
+                        n_events = _heap_push(event_time, event_key, 0, n_events, begin + duration,
+                                              EVENT_RECEIVED * stride + du * n_dev + dv)
+            # the device is free once it has paid for posting its sends
+            n_events, n_pending = _release(du, now, owed_us, device_busy, dispatch_pending, event_time, event_key,
+                                           n_events, n_pending, EVENT_FREE * stride + du)
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 v = edge_dst[succ_edge[k]]
                 dv = devices[v]
@@ -259,13 +287,24 @@ def simulate_schedule(
                 dv = devices[edge_dst[succ_edge[k]]]
                 dest_duration[dv] = -1.0
                 dest_bytes[dv] = 0.0
-        else:  # EVENT_ARRIVE
+        elif kind == EVENT_ARRIVE:
             v = item
             dv = devices[v]
             queue_size[dv] = _heap_push(queue_prio, queue_op, queue_base[dv], queue_size[dv], priority[v], v)
             if not device_busy[dv] and not dispatch_pending[dv]:
                 dispatch_pending[dv] = True
                 n_pending += 1
+        elif kind == EVENT_RECEIVED:
+            du = item // n_dev
+            dv = item - du * n_dev
+            owed_us[dv] += recv_overhead_us[du, dv]
+            if not device_busy[dv]:  # idle: pay now; busy: pay when its op finishes
+                device_busy[dv] = True
+                n_events = _heap_push(event_time, event_key, 0, n_events, now + owed_us[dv], EVENT_FREE * stride + dv)
+                owed_us[dv] = 0.0
+        else:  # EVENT_FREE: paid; it may have received more meanwhile
+            n_events, n_pending = _release(item, now, owed_us, device_busy, dispatch_pending, event_time, event_key,
+                                           n_events, n_pending, key)
 
     return (
         start, finish, ready, cause, previous_on_device,

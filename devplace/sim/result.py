@@ -45,6 +45,15 @@ class SimResult:
         return np.bincount(self.devices, weights=per_op, minlength=self.cluster.n_devices)
 
     @cached_property
+    def message_overhead_us(self) -> np.ndarray:
+        """Device time per device spent on messages (the cluster's send and receive overheads)."""
+        c = self.cluster
+        sent = c.send_overhead_us[self.transfer_src, self.transfer_dst]
+        received = c.recv_overhead_us[self.transfer_src, self.transfer_dst]
+        return (np.bincount(self.transfer_src, weights=sent, minlength=c.n_devices).astype(np.float64)
+                + np.bincount(self.transfer_dst, weights=received, minlength=c.n_devices))
+
+    @cached_property
     def oom_devices(self) -> list[int]:
         return [int(d) for d in np.flatnonzero(self.peak_memory_bytes > self.cluster.memory_bytes)]
 
@@ -113,6 +122,7 @@ class SimResult:
                 for d, op in enumerate(self.first_overflow_op.tolist())
             ],
             "busy_us": self.busy_us.tolist(),
+            "message_overhead_us": self.message_overhead_us.tolist(),
             "bytes_moved": self.bytes_moved,
             "transfers": int(len(self.transfer_op)),
             "link_bytes": self.link_bytes.tolist(),

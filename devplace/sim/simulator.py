@@ -41,6 +41,7 @@ class Simulator:
             g.succ_ptr, g.succ_edge, g.edge_dst, g.edge_bytes, g.edge_fixed_us, self.in_degree,
             self.op_time_us, devices, self.default_priority if priority is None else priority,
             c.latency_us, c.bandwidth_bytes_per_us, c.comm_model_code, float(c.op_gap_us),
+            c.send_overhead_us, c.recv_overhead_us,
         )
 
     def step_time_us(self, devices: np.ndarray, priority: np.ndarray | None = None) -> float:
