@@ -112,9 +112,81 @@ def test_backward_ops_mirror_the_forward_op_they_differentiate(mlp_graph):
     # second Linear: grad of its weight and of its input; first Linear: only its weight (x needs no grad)
     assert mirrored == {second: 2, first: 1}
     assert (g.mirror[g.role != Role.BACKWARD] == -1).all()
+    # no tensor is used twice, so no gradient is summed: every backward op mirrors a forward op (the
+    # root gradient, made before autograd runs any Node, takes the mirror of its reader: the loss's mean)
+    assert (g.mirror[g.role == Role.BACKWARD] >= 0).all()
+    assert [g.mirror[i] for i in ops_of(g, "ones_like")] == ops_of(g, "mean")
     # op names are fx node names, so an executor can run the graph op by op
     fx_names = {n.name for n in traced.gm.graph.nodes}
     assert set(g.names) <= fx_names
+
+
+class SharedLinear(nn.Module):
+    """One Linear applied twice and its first output used twice: three gradient sums."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return self.lin(h) + h
+
+
+def test_gradient_sums_mirror_the_op_that_made_the_tensor_not_the_loss():
+    torch.manual_seed(0)
+    g, traced = capture(SharedLinear(), torch.randn(2, 4), mse, optimizer="sgd", cost="roofline",
+                        cluster=gpu_cluster(1.0), return_trace=True)
+    fx = {n.name: n for n in traced.gm.graph.nodes}
+    sums = ops_of(g, "add", Role.BACKWARD)
+    assert len(sums) == 3  # the gradients of h, of lin.weight and of lin.bias, two terms each
+    # h = addmm(bias, x, weight.t()): its gradient sum mirrors that addmm, the one reading the input
+    (first_linear,) = [i for i in ops_of(g, "addmm", Role.FORWARD) if "input_0" in
+                       {a.name for a in fx[g.names[i]].all_input_nodes}]
+    mirrors = sorted(int(g.mirror[i]) for i in sums)
+    assert mirrors == [-1, -1, first_linear]
+    # a parameter's sum goes to no autograd Node (autograd.grad returns it): no mirror, but its group
+    for i in sums:
+        if g.mirror[i] < 0:
+            assert g.colocation_names[g.colocation[i]] in ("param:lin.weight", "param:lin.bias")
+    # op_scope follows the mirror
+    assert [g.meta["op_scope"][i] for i in sums if g.mirror[i] >= 0] == ["lin"]
+    loss = ops_of(g, "mean")[0]
+    assert all(g.kinds[i] != "add" for i in np.flatnonzero(g.mirror == loss))
+
+
+def test_backward_stamps_agree_with_torchs_own_except_on_gradient_sums(monkeypatch):
+    """torch's AOT-autograd hooks stamp the same Node as ours on every op run inside a Node; the
+    gradient sums (``is_gradient_acc``) get the loss's seq_nr from torch and no stamp from ours."""
+    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    from devplace import zoo
+    from devplace.torchcapture import trace
+
+    ours = trace._stamp_backward_nodes
+
+    def both(loss):
+        setup_stacktrace_preservation_hooks([loss.grad_fn])
+        ours(loss)
+
+    monkeypatch.setattr(trace, "_stamp_backward_nodes", both)
+    m = zoo.build("rnnlm", preset="small")
+    traced = trace.trace_step(m.model, m.example_inputs, m.loss_fn, "none", targets=m.targets)
+    loss_seq = max(n.meta["seq_nr"] for n in traced.gm.graph.nodes if trace._phase(n) == "forward")
+    seen = Counter()
+    for node in traced.gm.graph.nodes:
+        if node.op != "call_function" or trace._phase(node) != "backward":
+            continue
+        stamp = node.meta["custom"].get("grad_fn")
+        if node.meta.get("is_gradient_acc"):
+            assert stamp is None and node.meta["seq_nr"] == loss_seq, node.name
+            seen["sum"] += 1
+        elif stamp is None:  # the root gradient, made by autograd.grad before any Node runs
+            assert node.target is torch.ops.aten.ones_like.default
+            seen["root"] += 1
+        else:
+            assert stamp == node.meta["seq_nr"], node.name
+            seen["stamped"] += 1
+    assert seen["root"] == 1 and seen["sum"] > 10 and seen["stamped"] > 100
 
 
 def test_every_op_records_its_module_scope(mlp_graph):
@@ -277,6 +349,26 @@ def test_gnmt_forward_ops_of_a_layer_carry_its_module_path(gnmt_small):
     assert all(scope[i] == scope[g.mirror[i]] for i in mirrored)
     # op names are still fx node names (an executor maps them back)
     assert set(g.names) <= {n.name for n in traced.gm.graph.nodes}
+
+
+def test_gnmt_gradient_sums_do_not_glue_the_model_to_its_loss(gnmt_small):
+    from devplace.transforms import coplacement_groups
+
+    g, _, _ = gnmt_small
+    (loss,) = ops_of(g, "nll_loss_forward")
+    # only the loss's own backward mirrors it; with torch's seq_nr 213 gradient sums (add) did too
+    assert sorted(g.kinds[i] for i in np.flatnonzero(g.mirror == loss)) == ["nll_loss_backward", "ones_like"]
+    # the sums of hidden states and attention outputs mirror the forward ops that made them; the 39
+    # parameters used at each of the 4 time steps have 3 sums each, which mirror nothing (autograd.grad
+    # returns them): the last of each is in its parameter's colocation group, the others feed it
+    sums = ops_of(g, "add", Role.BACKWARD)
+    unmirrored = [i for i in sums if g.mirror[i] < 0]
+    assert len(sums) == 213 and len(unmirrored) == 3 * 39
+    assert sum(g.colocation[i] >= 0 for i in unmirrored) == 39
+    assert (g.mirror[g.role == Role.BACKWARD] >= 0).sum() == (g.role == Role.BACKWARD).sum() - 117
+    # the largest co-placement group: the attention with the decoder layers that read its context (the
+    # context's gradient sums meet there), 448 of 2971 ops; 2639 when every sum joined the loss
+    assert np.bincount(coplacement_groups(g)).max() < 600
 
 
 def test_expert_places_captured_gnmt_layers_by_module_scope(gnmt_small):

@@ -8,9 +8,9 @@ same ``gm`` can be run again on real tensors (``real_args``) by the measured cos
 
 Every node carries ``meta["custom"]["phase"]`` (forward/backward/update) and, for update ops, the
 parameter it updates; forward nodes carry the stack of modules running when they were created
-(``meta["nn_module_stack"]``, see ``scope_of``). Backward -> forward links come from autograd sequence numbers: the hooks
-torch's AOT autograd uses stamp each backward node with the ``seq_nr`` of the autograd Node it
-runs, and a forward node carries the ``seq_nr`` of the Node it created (see ``mirror_of``).
+(``meta["nn_module_stack"]``, see ``scope_of``). Backward -> forward links come from autograd sequence numbers: hooks
+on every autograd Node stamp each backward node with the sequence number of the Node it runs, and a
+forward node carries the ``seq_nr`` of the Node it created (see ``mirror_of``).
 """
 
 from __future__ import annotations
@@ -249,10 +249,34 @@ def _check_loss(loss) -> None:
 
 
 def _stamp_backward_nodes(loss: torch.Tensor) -> None:
-    """Register the hooks that tag every backward fx node with its autograd Node's seq_nr."""
-    from torch._functorch._aot_autograd.logging_utils import setup_stacktrace_preservation_hooks
+    """Tag every backward fx node traced while autograd runs a Node with that Node's sequence number.
 
-    setup_stacktrace_preservation_hooks([loss.grad_fn])
+    Hooks on every Node reachable from the loss put ``meta["custom"]["grad_fn"]`` in place for the
+    length of the Node's run (pre-hook in, post-hook out). A backward node traced outside every
+    Node's run carries none: the root gradient ``autograd.grad`` seeds, and the sums the engine
+    makes when several Nodes send a gradient to one tensor (``mirror_of`` says why that matters).
+    """
+    saved: list = []  # the custom annotation outside the Node now running, innermost last
+
+    def enter(seq: int):
+        def prehook(grad_outputs):
+            custom = fx_traceback.current_meta.get("custom") or {}
+            saved.append(custom)
+            fx_traceback.current_meta["custom"] = {**custom, "grad_fn": seq}
+        return prehook
+
+    def leave(grad_inputs, grad_outputs):
+        fx_traceback.current_meta["custom"] = saved.pop()
+
+    seen, todo = set(), [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        fn.register_prehook(enter(fn._sequence_nr()))
+        fn.register_hook(leave)
+        todo.extend(next_fn for next_fn, _ in fn.next_functions)
 
 
 @contextlib.contextmanager
@@ -297,11 +321,24 @@ def _label(gm, param_names, buffer_names, optimizer, n_state, n_inputs, n_target
 
 
 def mirror_of(gm: torch.fx.GraphModule) -> dict[str, str]:
-    """Backward fx node name -> the forward fx node whose autograd Node it runs.
+    """Backward fx node name -> the forward fx node whose gradient it computes.
 
     A forward node's ``seq_nr`` is that of the last autograd Node created so far, so the first
     forward node with a given ``seq_nr`` is the one that created the Node; later ones that created
-    none repeat it. A backward node's ``seq_nr`` is the Node being run when it was traced.
+    none repeat it. A backward node traced while autograd ran a Node carries that Node's sequence
+    number (``meta["custom"]["grad_fn"]``, see ``_stamp_backward_nodes``) and mirrors its creator.
+
+    The others ran outside every Node: the root gradient (``ones_like`` of the loss) and, above
+    all, gradient accumulation: when a tensor is used several times (an LSTM weight at every time
+    step, an embedding output, a residual), the engine sums the gradients arriving in the tensor's
+    input buffer with ``add`` ops between two Nodes' runs. torch's own ``seq_nr`` for those is the
+    forward rule's, the last Node created, i.e. the loss's, which glued thousands of unrelated sums
+    to the loss (one co-placement group of nearly all of GNMT). They belong to the tensor whose
+    gradients they sum, whose grad_fn is the Node that reads the sum next (or, past a Node that
+    only passes gradients on, the one after it): each such op takes the mirror of the first of its
+    readers (in graph order) that has one, following chains of sums. So the root gradient mirrors
+    the loss, and a parameter's sum, read by no Node (autograd.grad returns it), mirrors nothing
+    (-1 in the graph) and stays in the parameter's colocation group.
     """
     creator: dict[int, str] = {}
     for node in gm.graph.nodes:
@@ -309,12 +346,17 @@ def mirror_of(gm: torch.fx.GraphModule) -> dict[str, str]:
             seq = node.meta.get("seq_nr")
             if seq is not None and seq >= 0:
                 creator.setdefault(seq, node.name)
-    links = {}
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and _phase(node) == "backward":
-            seq = node.meta.get("seq_nr")
-            if seq in creator:
-                links[node.name] = creator[seq]
+    links: dict[str, str] = {}
+    for node in reversed(gm.graph.nodes):  # readers before what they read
+        if node.op != "call_function" or _phase(node) != "backward":
+            continue
+        seq = node.meta["custom"].get("grad_fn")
+        if seq is not None:
+            target = creator.get(seq)
+        else:
+            target = next((links[user.name] for user in node.users if user.name in links), None)
+        if target is not None:
+            links[node.name] = target
     return links
 
 
