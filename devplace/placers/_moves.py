@@ -105,10 +105,11 @@ def leader_units(graph, closed: bool = False) -> Units:
 def _without_hubs(graph, leader: np.ndarray, hub_share: float = 0.01) -> np.ndarray:
     """Re-lead the followers of a *hub*: a leader followed by more than ``hub_share`` of the ops.
 
-    Captures give ops with no forward counterpart (a weight gradient summed over time steps) the
-    loss as mirror, so thousands of backward ops would follow the loss onto the last stage and
-    every time step's gradient would cross a device. Such an op follows instead the leader of its
-    input that is not a hub follower itself (the largest one), or of its first resolved input."""
+    A graph can mirror many unrelated backward ops to one forward op (devplace's captures did so
+    with gradient sums until they were mirrored to the op that made the summed tensor; graphs from
+    other tools may still), so thousands of backward ops would follow it onto one stage and every
+    time step's gradient would cross a device. Such an op follows instead the leader of its input
+    that is not a hub follower itself (the largest one), or of its first resolved input."""
     n = graph.n_ops
     counts = np.bincount(leader, minlength=n)
     hub = (counts[leader] > max(64, hub_share * n)) & (leader != np.arange(n))
