@@ -3,14 +3,15 @@
 For each model (sizes this 2-core machine runs in seconds) and each placer: capture the training
 step and cost every op as the executor runs it (``prepare(cost="executed")``: each op and the glue
 it hosts timed through the rank interpreter on one device), calibrate the 2 devices (one-thread
-processes joined by gloo; links fitted over hops and bursts for the ``duplex`` model),
+processes joined by gloo; links fitted, with the simulator in the loop, to synthetic programs run
+by the executor, for the ``duplex`` model),
 place, simulate on the calibrated cluster, and run the placement for real with the distributed
 backend. Measuring waits for a quiet machine (1-minute load average below --max-load, up to
 --max-wait-s per round) and records the load; each of --rounds rounds runs every placement (order
 alternating between rounds) for --steps steps after warm-up; a run's measured time is the median
 over rounds of each round's median step. Reports per-run relative error, the median absolute
 relative error and Spearman's rank correlation of measured vs simulated, and what the
-``pipelined`` model (latency overlapping) predicts with the same samples fitted for it.
+``pipelined`` model (latency overlapping) predicts with the same measurements fitted for it.
 
     .venv/bin/python benchmarks/execution_fidelity.py            # ~10 minutes here
     .venv/bin/python benchmarks/execution_fidelity.py --quick    # 2 models, 3 placers, a smoke run
@@ -41,21 +42,15 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def cluster_for_model(cluster, comm_model: str):
-    """``cluster`` under ``comm_model``, its default link refitted to that model from the calibration
-    samples when it has them (a cluster loaded from a file keeps its figures)."""
+    """``cluster`` under ``comm_model``, its links refitted to that model from the calibration's
+    measurements when it has them (a cluster loaded from a file keeps its figures)."""
     import dataclasses
 
-    from devplace.execute.calibrate import fit_link
+    from devplace.execute.calibrate import refit
 
-    links = cluster.meta.get("calibration", {}).get("links", [])
-    if not links:
+    if not cluster.meta.get("calibration"):
         return dataclasses.replace(cluster, comm_model=comm_model)
-    samples = list(zip(links[0]["sizes_bytes"], links[0]["times_us"], links[0]["messages"]))
-    fit = fit_link(samples, comm_model)
-    n = cluster.n_devices
-    latency = np.where(np.eye(n, dtype=bool), 0.0, fit["latency_us"])
-    bandwidth = np.where(np.eye(n, dtype=bool), np.inf, fit["bandwidth_bytes_per_us"])
-    return dataclasses.replace(cluster, comm_model=comm_model, latency_us=latency, bandwidth_bytes_per_us=bandwidth)
+    return refit(cluster, comm_model)
 
 
 def load_average() -> float:
@@ -87,7 +82,7 @@ def main() -> None:
 
     from devplace.cluster import load_cluster
     from devplace.execute import prepare
-    from devplace.execute.calibrate import calibrate, cluster_toml
+    from devplace.execute.calibrate import LINK_FIGURES, calibrate, cluster_toml
     from devplace.execute.distributed import run_distributed_many
     from devplace.execute.schedule import check_against_graph, make_plan
     from devplace.fileio import write_text_atomic
@@ -104,8 +99,9 @@ def main() -> None:
         cluster = calibrate(2)
         write_text_atomic(RESULTS / "calibrated-2cpu.toml", cluster_toml(cluster))
     print(f"cluster {cluster.name} ({cluster.comm_model}, load {calibration_load}): op gap {cluster.op_gap_us:.1f} us, "
-          f"link 0-1 {cluster.latency_us[0, 1]:.0f} us + bytes / {cluster.bandwidth_bytes_per_us[0, 1]:.0f} B/us",
-          flush=True)
+          f"link 0-1 {cluster.latency_us[0, 1]:.0f} us + bytes / {cluster.bandwidth_bytes_per_us[0, 1]:.0f} B/us, "
+          f"per message {cluster.send_overhead_us[0, 1]:.0f} us on the sender, {cluster.recv_overhead_us[0, 1]:.0f} us "
+          f"on the receiver", flush=True)
 
     cases = []  # (model, target, prepared, algo, placement, plan)
     for model, target in models.items():
@@ -180,8 +176,7 @@ def main() -> None:
         "spearman": rho,
         "pipelined": {"median_abs_relative_error": float(np.median(np.abs(simulated_other - measured) / measured)),
                       "spearman": float(spearmanr(measured, simulated_other).statistic) if len(rows) > 2 else float("nan"),
-                      "link": {"latency_us": float(pipelined.latency_us[0, 1]),
-                               "bandwidth_bytes_per_us": float(pipelined.bandwidth_bytes_per_us[0, 1])}},
+                      "link": {key: float(getattr(pipelined, key)[0, 1]) for key in LINK_FIGURES}},
         "single_device_median_error": float(np.median((simulated[single] - measured[single]) / measured[single]))
         if single else None,
         "per_model": per_model,

@@ -461,11 +461,13 @@ def run(
 def calibrate(
     output: Path = typer.Option(..., "--output", "-o", help="where to write the cluster TOML"),
     devices: int = typer.Option(2, "--devices", "-n", help="number of one-thread CPU processes to measure"),
-    quick: bool = typer.Option(False, "--quick", help="fewer message sizes and repeats"),
+    quick: bool = typer.Option(False, "--quick", help="fewer synthetic programs and repeats"),
     name: Optional[str] = typer.Option(None, "--name", help="cluster name (default from the host name)"),
     as_json: bool = typer.Option(False, "--json", help="print the fitted figures as JSON"),
 ):
     """Measure this machine's devices and links into a cluster TOML for place and simulate."""
+    import statistics
+
     from devplace.execute.calibrate import calibrate as measure
     from devplace.execute.calibrate import cluster_toml
     from devplace.fileio import write_text_atomic
@@ -475,14 +477,20 @@ def calibrate(
     measured = measure(devices, quick=quick, name=name)
     write_text_atomic(output, cluster_toml(measured))
     spec = measured.meta["calibration_spec"]
+    fits = [{k: v for k, v in link.items() if k != "programs"}
+            | {"programs": [{k: p[k] for k in ("program", "measured_us", "simulated_us")} for p in link["programs"]]}
+            for link in measured.meta["calibration"]["links"]]
     if as_json:
-        print_json({**spec, "fits": measured.meta["calibration"]["links"], "output": str(output)})
+        print_json({**spec, "fits": fits, "output": str(output)})
         return
     link = spec["links"].get("default", {})
     console.print(
         f"{devices} devices: {spec['devices'][0]['peak_tflops'] * 1e3:.1f} GFLOP/s, "
         f"{spec['devices'][0]['memory_bandwidth_gbps']:.1f} GB/s, executor overhead {spec['op_gap_us']:.1f} us/op"
-        + (f"; link latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_bytes_per_us']:.0f} B/us" if link else "")
+        + (f"; link latency {link['latency_us']:.0f} us, bandwidth {link['bandwidth_bytes_per_us']:.0f} B/us, "
+           f"per message {link['send_overhead_us']:.0f} us on the sender and {link['recv_overhead_us']:.0f} us on "
+           f"the receiver (median error {100 * statistics.median(f['median_abs_error'] for f in fits):.0f}% over "
+           f"{sum(len(f['programs']) for f in fits)} synthetic programs)" if link else "")
         + f"; written to {output}"
     )
 

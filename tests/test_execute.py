@@ -11,9 +11,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from devplace.cluster import load_cluster, uniform_cluster  # noqa: E402
-from devplace.errors import PlacementError  # noqa: E402
+from devplace.errors import DevplaceError, PlacementError  # noqa: E402
 from devplace.execute import ExecutionError, eager_reference, max_difference, prepare, run  # noqa: E402
-from devplace.execute.calibrate import cluster_toml, fit_link, spec_from_measurements  # noqa: E402
+from devplace.execute.calibrate import (  # noqa: E402
+    LINK_FIGURES, calibrated_cluster, cluster_toml, fit_link, link_programs, refit, spec_from_measurements, synthetic_graph,
+    synthetic_program,
+)
 from devplace.execute.costs import fold_into_hosts, host_ops, instruction_times_us, with_executed_costs  # noqa: E402
 from devplace.execute.distributed import run_distributed, run_distributed_many  # noqa: E402
 from devplace.execute.local import run_local  # noqa: E402
@@ -190,30 +193,111 @@ def test_placement_splitting_a_parameter_from_its_update_is_refused(prepared):
         run(None, devices, cluster=cluster_for(p.graph), prepared=p)
 
 
-def test_link_fit_recovers_latency_and_bandwidth():
-    rng = np.random.default_rng(0)
-    sizes = [4096, 65536, 1 << 20, 1 << 24]
-    samples = [(s, 120.0 + s / 800.0 + rng.normal(0, 0.5)) for s in sizes]
-    fit = fit_link(samples)
-    assert fit["latency_us"] == pytest.approx(120.0, abs=2.0)
-    assert fit["bandwidth_bytes_per_us"] == pytest.approx(800.0, rel=0.01)
-    assert fit["r2"] > 0.999
+def _op_costs_us(spec):
+    """Made-up executed costs for a synthetic program: matrix multiplies by size, the rest by bytes."""
+    from devplace.execute.calibrate import _ops
+
+    def cost(target, shape):
+        if target is None:
+            return 2.0
+        return shape[0] ** 3 / 40_000 if target == "aten::mm.default" else 4 + np.prod(shape) / 1e3
+
+    return [cost(target, shape) for _, target, _, shape, _ in _ops(spec)]
 
 
-def test_calibrated_cluster_toml_loads_back(tmp_path):
+def _simulated_measurements(truth: dict, comm_model: str) -> list[dict]:
+    """Link program records whose 'measured' steps are simulated on a link with known figures."""
+    known = uniform_cluster(2, kind="cpu", comm_model=comm_model, **truth)
+    records = []
+    for spec in link_programs():
+        graph, sides = synthetic_graph(spec, _op_costs_us(spec))
+        records.append({"devices": [0, 1], "program": str(spec), "spec": spec, "op_costs_us": _op_costs_us(spec),
+                        "measured_us": simulate(graph, known, sides).step_time_us})
+    return records
+
+
+TRUTH = {"latency_us": 80.0, "bandwidth_bytes_per_us": 2000.0, "send_overhead_us": 40.0, "recv_overhead_us": 120.0}
+
+
+@pytest.mark.parametrize("comm_model", ["duplex", "pipelined"])
+def test_link_fit_recovers_known_figures_through_the_simulator(comm_model):
+    fit = fit_link(_simulated_measurements(TRUTH, comm_model), comm_model)
+    for key in LINK_FIGURES:
+        assert fit[key] == pytest.approx(TRUTH[key], rel=0.05), key
+    assert fit["median_abs_error"] < 0.01
+    # a link with other figures is told apart: nothing here is a constant of the fit
+    other = {"latency_us": 20.0, "bandwidth_bytes_per_us": 500.0, "send_overhead_us": 300.0, "recv_overhead_us": 50.0}
+    fit = fit_link(_simulated_measurements(other, comm_model), comm_model)
+    for key in LINK_FIGURES:
+        assert fit[key] == pytest.approx(other[key], rel=0.05), key
+
+
+def test_calibrated_cluster_toml_loads_back_and_refits_for_another_model(tmp_path):
     device = {"peak_tflops": 0.05, "memory_bandwidth_gbps": 10.0, "op_gap_us": 3.0}
-    link = [(4096, 105.0), (1 << 20, 100.0 + (1 << 20) / 1000.0)]
-    done = {0: (device, {(0, 1): link}), 1: (dict(device, op_gap_us=5.0), {})}
-    spec, calibration = spec_from_measurements(done, 2, "here")
-
-    class Measured:
-        meta = {"calibration_spec": spec, "calibration": calibration}
-
+    programs = _simulated_measurements(TRUTH, "pipelined")
+    spec, calibration = spec_from_measurements([device, dict(device, op_gap_us=5.0)], programs, 2, "here")
+    assert spec["comm_model"] == "duplex" and len(calibration["links"][0]["programs"]) == len(programs)
+    measured = calibrated_cluster(spec, calibration)
     path = tmp_path / "here.toml"
-    path.write_text(cluster_toml(Measured()))
+    path.write_text(cluster_toml(measured))
+    text = path.read_text()
+    assert "median |error|" in text and sum(line.startswith("#   ") for line in text.splitlines()) == len(programs)
     cluster = load_cluster(path)
     assert cluster.n_devices == 2 and cluster.op_gap_us == pytest.approx(4.0) and cluster.comm_model == "duplex"
-    assert cluster.transfer_us(0, 1, 1 << 20) == pytest.approx(100.0 + (1 << 20) / 1000.0, rel=1e-3)
+    for key in LINK_FIGURES:  # the fitted figures load back (duplex's fit of pipelined steps: not the truth)
+        assert spec["links"]["default"][key] > 0
+        assert getattr(cluster, key)[0, 1] == getattr(cluster, key)[1, 0] == pytest.approx(getattr(measured, key)[0, 1])
+    # the measurements were made on a pipelined link: refitting for that model finds it, measuring nothing
+    pipelined = refit(measured, "pipelined")
+    assert pipelined.comm_model == "pipelined" and pipelined.meta["calibration"]["comm_model"] == "pipelined"
+    for key in LINK_FIGURES:
+        assert getattr(pipelined, key)[0, 1] == pytest.approx(TRUTH[key], rel=0.05), key
+    assert pipelined.meta["calibration"]["links"][0]["median_abs_error"] < 0.01
+    with pytest.raises(DevplaceError, match="no calibration measurements"):
+        refit(cluster, "pipelined")
+
+
+def test_cli_calibrate_reports_the_four_link_figures_and_the_fit_error(monkeypatch, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    import devplace.execute.calibrate as calibration
+    from devplace.cli import app
+
+    device = {"peak_tflops": 0.05, "memory_bandwidth_gbps": 10.0, "op_gap_us": 3.0}
+    programs = _simulated_measurements(TRUTH, "duplex")
+    measured = calibrated_cluster(*spec_from_measurements([device] * 2, programs, 2, "x"))
+    monkeypatch.setattr(calibration, "calibrate", lambda *args, **kwargs: measured)  # no processes: the report only
+    out = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "x.toml")])
+    assert out.exit_code == 0, out.output
+    line = " ".join(out.output.split())  # the console wraps it
+    assert "link latency 80 us, bandwidth 2000 B/us, per message 40 us on the sender and 120 us on the receiver" in line
+    assert "median error 0% over 34 synthetic programs" in line
+    assert load_cluster(tmp_path / "x.toml").recv_overhead_us[0, 1] == pytest.approx(120.0, rel=0.05)
+    out = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "x.toml"), "--json"])
+    fit = json.loads(out.output)["fits"][0]
+    assert fit["send_overhead_us"] == pytest.approx(40.0, rel=0.05) and len(fit["programs"]) == 34
+    assert set(fit["programs"][0]) == {"program", "measured_us", "simulated_us"}
+
+
+def test_link_programs_run_through_the_executor_with_the_transfers_the_simulator_sees():
+    """Each synthetic program runs on one device through the rank interpreter (what its op costs
+    are timed by), and split over the pair it makes exactly the transfers its graph has."""
+    from devplace.execute.costs import executed_costs_us
+
+    for spec in link_programs(quick=True):
+        program, state = synthetic_program(spec, "p: ", seed=3)
+        graph, sides = synthetic_graph(spec, prefix="p: ")
+        costs = executed_costs_us(program, graph, state, repeats=1, warmup=0)
+        assert len(costs) == graph.n_ops and costs.min() > 0, spec
+        plan = make_plan(program, graph, Placement(devices=np.where(sides == 0, 1, 2)), 3)
+        crossing = {(int(graph.edge_src[e]), int(sides[graph.edge_dst[e]]))
+                    for e in range(len(graph.edge_src)) if sides[graph.edge_src[e]] != sides[graph.edge_dst[e]]}
+        assert plan.n_transfers == len(crossing) > 0, spec
+        assert not plan.recvs[0] and set(plan.recvs[1]) <= {2} and set(plan.recvs[2]) == {1}
+    again = synthetic_program(spec, "p: ", seed=3)[1]  # the same values from the same seed
+    assert state.keys() == again.keys() and all(torch.equal(state[k], again[k]) for k in state)
 
 
 def test_views_of_updated_weights_are_copied_before_sending(prepared):
@@ -256,21 +340,6 @@ def test_cli_run_prints_measured_and_simulated_step_times(prepared, tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode == 2 and "made for another graph" in bad.stderr
-
-
-def test_link_fit_reads_bursts_as_the_communication_model_does():
-    sizes = [4096, 65536, 1 << 20]
-    # pipelined: a burst of k messages costs latency + k * bytes / bandwidth
-    samples = [(s, 300.0 + s / 500.0, 1) for s in sizes] + [(s, 300.0 + 16 * s / 500.0, 16) for s in sizes]
-    fit = fit_link(samples, "pipelined")
-    assert fit["latency_us"] == pytest.approx(300.0, rel=1e-6)
-    assert fit["bandwidth_bytes_per_us"] == pytest.approx(500.0, rel=1e-6)
-    assert fit["messages"] == [1, 1, 1, 16, 16, 16]
-    # duplex: k * (latency + bytes / bandwidth); the pipelined samples read this way give a lower latency
-    samples = [(s, 300.0 + s / 500.0, 1) for s in sizes] + [(s, 16 * (300.0 + s / 500.0), 16) for s in sizes]
-    fit = fit_link(samples, "duplex")
-    assert fit["latency_us"] == pytest.approx(300.0, rel=1e-6)
-    assert fit["bandwidth_bytes_per_us"] == pytest.approx(500.0, rel=1e-6)
 
 
 def test_glue_is_costed_on_the_op_whose_device_runs_it(prepared):
