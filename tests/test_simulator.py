@@ -160,6 +160,20 @@ def test_message_overheads_are_device_time_paid_before_the_next_op():
     assert starts(plain) == {"a": 0, "b": 40, "c": 10, "long": 0}
 
 
+@pytest.mark.parametrize("long_us,expected", [(50, {"q1": 56, "q2": 57}), (30, {"q1": 36, "q2": 37})])
+def test_receive_overheads_coalesce_into_one_wake_up(long_us, expected):
+    # p1, p2 (10 us each, device 0) feed q1, q2 (1 us, device 1); pipelined link: transfers hold it
+    # 10 us of their 15, so they arrive at 25 and 35. Receive overhead 6 us.
+    g = graph_of({"p1": {"t": 10}, "p2": {"t": 10}, "q1": {"t": 1}, "q2": {"t": 1}, "long": {"t": long_us}},
+                 [("p1", "q1", 1000), ("p2", "q2", 1000)])
+    c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=100, comm_model="pipelined", recv_overhead_us=6)
+    r = simulate(g, c, place(g, p1=0, p2=0, q1=1, q2=1, long=1))
+    assert r.transfer_end_us.tolist() == [25, 35]
+    # long = 50: both arrive while it runs, one wake-up pays for both (50-56);
+    # long = 30: the first is paid 30-36 and the second, arriving at 35, rides along
+    assert {k: v for k, v in starts(r).items() if k in expected} == expected
+
+
 def test_priorities_choose_among_ready_ops():
     g = graph_of({"a": {"t": 10}, "b": {"t": 20}, "c": {"t": 1}}, [("b", "c", 0)])
     c = uniform_cluster(1)
@@ -355,9 +369,15 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
     free_at = {}  # channel -> time it is free
     done = set()
     queued_ops = set()
-    owed = [0.0] * n_dev  # message overhead a device has not paid yet
-    paying_until = [0.0] * n_dev
+    send_owed = [0.0] * n_dev  # send overheads add up
+    recv_owed = [0.0] * n_dev  # receive overheads coalesce into one wake-up (the largest)
+    paying = [None] * n_dev  # (until, includes a receive) while a device pays
     receipts = []  # (time, device, overhead) of every transfer, charged when it arrives
+
+    def release(d, now):  # a device stops running or paying: pay what is owed, or go idle
+        owed = send_owed[d] + recv_owed[d]
+        paying[d] = (now + owed, recv_owed[d] > 0) if owed > 0 else None
+        send_owed[d] = recv_owed[d] = 0.0
 
     def channels(a, b):
         return {"parallel": [("pair", a, b)], "sequential": [("dev", a), ("dev", b)],
@@ -392,21 +412,26 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
                     for ch in chans:
                         free_at[ch] = begin + hold
                     arrival[u, dv] = begin + duration
-                    owed[devices[u]] += c.send_overhead_us[devices[u], dv]
+                    send_owed[devices[u]] += c.send_overhead_us[devices[u], dv]
                     receipts.append((begin + duration, dv, c.recv_overhead_us[devices[u], dv]))
+                release(devices[u], t)
             for when, dv, overhead in receipts:
-                if when == t:
-                    owed[dv] += overhead
+                if when != t:
+                    continue
+                if running[dv] is None and paying[dv] is None:
+                    paying[dv] = (t + overhead, True)
+                elif running[dv] is not None or not paying[dv][1]:
+                    recv_owed[dv] = max(recv_owed[dv], overhead)
             receipts = [x for x in receipts if x[0] != t]
-            for d in range(n_dev):  # a device not running an op pays what it owes first
-                if running[d] is None and paying_until[d] <= t and owed[d] > 0:
-                    paying_until[d], owed[d] = t + owed[d], 0.0
+            for d in range(n_dev):
+                if paying[d] is not None and paying[d][0] == t:
+                    release(d, t)
             for v in range(n):
                 if v not in queued_ops and all(arrival.get((p, devices[v]), np.inf) <= t for p in g.predecessors(v)):
                     queued_ops.add(v)
                     queued[devices[v]].add(v)
             for d in range(n_dev):
-                if running[d] is None and paying_until[d] <= t and queued[d]:
+                if running[d] is None and paying[d] is None and queued[d]:
                     v = min(queued[d], key=lambda o: (prio[o], o))
                     queued[d].discard(v)
                     running[d] = v
@@ -415,7 +440,7 @@ def reference_schedule(g: OpGraph, c, devices: np.ndarray, priority) -> np.ndarr
                     progress = True
                     break  # a zero-time op may finish now: settle it before the next device
         future = ([f for f in finish if f > t] + [a for a in arrival.values() if a > t]
-                  + [p for p in paying_until if p > t] + [x[0] for x in receipts])
+                  + [p[0] for p in paying if p is not None and p[0] > t] + [x[0] for x in receipts])
         if len(done) < n:
             t = min(future)
     return start

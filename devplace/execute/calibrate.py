@@ -18,8 +18,8 @@ Devices are one-thread CPU processes joined by gloo, as the distributed executor
   (``executed_costs_us``), and least squares on log(simulated / measured) picks the four figures
   for which ``simulate`` (the asked ``comm_model``, ``op_gap_us`` 0) gives the measured median
   steps. The fit's median error over its own programs is reported beside them: what the figures
-  cannot absorb, such as ranks that compute at once slowing each other's ops, or ranks leaving a
-  step's starting barrier up to ~1.5 ms apart.
+  cannot absorb, such as a message between two computing ranks costing several times what it
+  costs between idle ones (gloo's transport threads wait for a core).
 
 Duplex is the default comm model: it is what the placers plan with, and pipelined did not predict
 real steps consistently better (BENCHMARKS.md, "Execution fidelity").

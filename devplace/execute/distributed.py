@@ -13,8 +13,9 @@ posts a non-blocking send to every rank that reads it; it keeps the receives fro
 for a value when it needs it.
 
 A CPU device is a process with one thread (``torch.set_num_threads(1)``), so two devices use two
-cores for real. Measured step time: all ranks pass a barrier, then each times its part of the step
-up to its last op and completed sends; a step's time is the slowest rank's.
+cores for real. Measured step time: all ranks pass a barrier and, on one machine, wait spinning for
+a start time they agreed on (``synchronized_start``), then each times its part of the step up to its
+last op and completed sends; a step's time is the slowest rank's.
 """
 
 from __future__ import annotations
@@ -158,6 +159,30 @@ class RankInterpreter(PlacedInterpreter):
         return super().call_function(ins, args, kwargs, device)
 
 
+# How far ahead of the agreeing all-reduce the common start lies; it covers the all-reduce itself.
+START_MARGIN_S = 0.003
+
+
+def synchronized_start(same_host: bool) -> None:
+    """Return on every rank at the same moment, as far as this machine's clock can tell.
+
+    Ranks leave a gloo barrier up to ~1.5 ms apart here (each is woken by its transport thread in
+    turn); a rank that leaves early waits that long for its peer's first value, and the step time
+    would count it. On one machine the monotonic clock is shared, so the ranks agree on a start a
+    few ms ahead (the latest proposal) and spin until it: spinning, not sleeping, so no rank needs
+    waking at the start. Across machines (torchrun) the clocks differ and the barrier has to do."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    if not same_host:
+        return
+    start = torch.tensor([time.monotonic() + START_MARGIN_S], dtype=torch.float64)
+    dist.all_reduce(start, op=dist.ReduceOp.MAX)
+    target = float(start)
+    while time.monotonic() < target:
+        pass
+
+
 def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict, settings: dict, status):
     """Run warm-up + measured steps on this rank; (first-step outputs held here, step times in us)."""
     import torch.distributed as dist
@@ -169,7 +194,7 @@ def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict,
     interp = RankInterpreter(program, plan, rank, device, state, status, settings.get("fault"))
     first, times = {}, []
     for step in range(settings["warmup"] + settings["steps"]):
-        dist.barrier()
+        synchronized_start(settings.get("same_host", True))
         started = time.perf_counter()
         out = interp.run()
         interp.finish_sends()
@@ -379,7 +404,8 @@ def run_under_torchrun(program: Program, plan: Plan, state: dict, *, steps: int 
         torch.set_num_threads(1)
     backend = "nccl" if devices and devices[rank].startswith("cuda") else "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-    settings = {"steps": steps, "warmup": warmup, "devices": devices}
+    settings = {"steps": steps, "warmup": warmup, "devices": devices,
+                "same_host": int(os.environ.get("LOCAL_WORLD_SIZE", -1)) == world}
     try:
         first, times = _rank_body(rank, world, program, plan, _local_state(program, plan, state, rank), settings, None)
         gathered = [None] * world if rank == 0 else None

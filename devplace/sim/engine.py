@@ -9,7 +9,9 @@ Semantics (docs/simulator.md says the same for users):
   process that posts and completes transfers on the core it computes on). The sender owes its share
   for each transfer when the producing op finishes, the receiver when the transfer arrives; a device
   pays what it owes before starting its next op (at once when it is idle), so owed time delays its
-  next op but never an op already running.
+  next op but never an op already running. Send overheads add up; receive overheads are a wake-up
+  of the receiver's transport that takes in everything that has arrived: owed ones are paid once
+  (the largest), and a message arriving while the device pays one costs nothing more.
 - When op u finishes, its output is sent once to every other device that holds a consumer of u. The
   transfer time is the largest over those edges of (fixed_us if the edge has one, else latency +
   bytes / bandwidth); a zero-byte edge without a fixed time is a pure ordering edge and costs nothing.
@@ -96,12 +98,16 @@ def _heap_pop(heap_time, heap_key, base, size):
 
 
 @njit(cache=True, inline="always")
-def _release(d, now, owed_us, device_busy, dispatch_pending, event_time, event_key, n_events, n_pending, free_key):
+def _release(d, now, send_owed_us, recv_owed_us, paying_recv, device_busy, dispatch_pending, event_time, event_key,
+             n_events, n_pending, free_key):
     """Device ``d`` stops running: it pays what it owes (busy until a FREE event) or becomes idle
     and asks for a dispatch. Returns the new (n_events, n_pending)."""
-    if owed_us[d] > 0.0:
-        n_events = _heap_push(event_time, event_key, 0, n_events, now + owed_us[d], free_key)
-        owed_us[d] = 0.0
+    owed = send_owed_us[d] + recv_owed_us[d]
+    paying_recv[d] = recv_owed_us[d] > 0.0
+    if owed > 0.0:
+        n_events = _heap_push(event_time, event_key, 0, n_events, now + owed, free_key)
+        send_owed_us[d] = 0.0
+        recv_owed_us[d] = 0.0
     else:
         device_busy[d] = False
         if not dispatch_pending[d]:
@@ -166,7 +172,10 @@ def simulate_schedule(
     device_busy = np.zeros(n_dev, np.bool_)
     dispatch_pending = np.zeros(n_dev, np.bool_)
     last_on_device = np.full(n_dev, -1, np.int64)
-    owed_us = np.zeros(n_dev)  # message overhead a device must pay before its next op
+    # message overheads a device must pay before its next op, and whether it is paying a receive
+    send_owed_us = np.zeros(n_dev)
+    recv_owed_us = np.zeros(n_dev)
+    paying_recv = np.zeros(n_dev, np.bool_)
 
     # event key = kind in the high bits, op below: at equal times finishes come first, then
     # arrivals, each by op index. Shifts decode it cheaper than // and %.
@@ -257,13 +266,14 @@ def simulate_schedule(
                     xfer_end[n_xfer] = begin + duration
                     xfer_bytes[n_xfer] = dest_bytes[dv]
                     n_xfer += 1
-                    owed_us[du] += send_overhead_us[du, dv]
+                    send_owed_us[du] += send_overhead_us[du, dv]
                     if recv_overhead_us[du, dv] > 0.0:
                         n_events = _heap_push(event_time, event_key, 0, n_events, begin + duration,
                                               EVENT_RECEIVED * stride + du * n_dev + dv)
             # the device is free once it has paid for posting its sends
-            n_events, n_pending = _release(du, now, owed_us, device_busy, dispatch_pending, event_time, event_key,
-                                           n_events, n_pending, EVENT_FREE * stride + du)
+            n_events, n_pending = _release(du, now, send_owed_us, recv_owed_us, paying_recv, device_busy,
+                                           dispatch_pending, event_time, event_key, n_events, n_pending,
+                                           EVENT_FREE * stride + du)
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 v = edge_dst[succ_edge[k]]
                 dv = devices[v]
@@ -297,14 +307,16 @@ def simulate_schedule(
         elif kind == EVENT_RECEIVED:
             du = item // n_dev
             dv = item - du * n_dev
-            owed_us[dv] += recv_overhead_us[du, dv]
-            if not device_busy[dv]:  # idle: pay now; busy: pay when its op finishes
+            overhead = recv_overhead_us[du, dv]
+            if not device_busy[dv]:  # idle: pay now
                 device_busy[dv] = True
-                n_events = _heap_push(event_time, event_key, 0, n_events, now + owed_us[dv], EVENT_FREE * stride + dv)
-                owed_us[dv] = 0.0
+                paying_recv[dv] = True
+                n_events = _heap_push(event_time, event_key, 0, n_events, now + overhead, EVENT_FREE * stride + dv)
+            elif not paying_recv[dv]:  # running an op or paying sends: one wake-up after that
+                recv_owed_us[dv] = max(recv_owed_us[dv], overhead)
         else:  # EVENT_FREE: paid; it may have received more meanwhile
-            n_events, n_pending = _release(item, now, owed_us, device_busy, dispatch_pending, event_time, event_key,
-                                           n_events, n_pending, key)
+            n_events, n_pending = _release(item, now, send_owed_us, recv_owed_us, paying_recv, device_busy,
+                                           dispatch_pending, event_time, event_key, n_events, n_pending, key)
 
     return (
         start, finish, ready, cause, previous_on_device,
