@@ -22,6 +22,7 @@ Writes benchmarks/results/execution_fidelity.json (and the calibrated cluster be
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -39,13 +40,12 @@ MODELS = {
 }
 ALGOS = ("single", "round-robin", "random", "m-etf", "m-sct", "metis")
 RESULTS = Path(__file__).parent / "results"
+CACHE = Path(__file__).parent / ".cache" / "execution_fidelity"  # graphs and placements of the last run
 
 
 def cluster_for_model(cluster, comm_model: str):
     """``cluster`` under ``comm_model``, its links refitted to that model from the calibration's
     measurements when it has them (a cluster loaded from a file keeps its figures)."""
-    import dataclasses
-
     from devplace.execute.calibrate import refit
 
     if not cluster.meta.get("calibration"):
@@ -86,6 +86,7 @@ def main() -> None:
     from devplace.execute.distributed import run_distributed_many
     from devplace.execute.schedule import check_against_graph, make_plan
     from devplace.fileio import write_text_atomic
+    from devplace.io import save_graph
     from devplace.placers import place
     from devplace.sim import simulate
 
@@ -134,11 +135,17 @@ def main() -> None:
         print(f"round {r}: load {load:.2f} -> {load_average():.2f} (waited {waited:.0f} s)", flush=True)
 
     pipelined = cluster_for_model(cluster, "pipelined")
+    zeros = np.zeros((cluster.n_devices, cluster.n_devices))
+    no_overheads = dataclasses.replace(cluster, send_overhead_us=zeros, recv_overhead_us=zeros)
+    CACHE.mkdir(parents=True, exist_ok=True)
     rows = []
     for (model, target, prepared, algo, placement, plan), medians in zip(cases, per_round):
         graph = prepared.graph
         sim = simulate(graph, prepared.simulation_cluster(cluster), placement)
         sim_other = simulate(graph, prepared.simulation_cluster(pipelined), placement)
+        sim_plain = simulate(graph, prepared.simulation_cluster(no_overheads), placement)
+        save_graph(graph, CACHE / f"{model}.json")  # for simulating these runs again later
+        placement.save(CACHE / f"{model}-{algo}.placement.json")
         measured = statistics.median(medians)
         row = {
             "model": model, "target": target, "ops": graph.n_ops, "instructions": len(prepared.program),
@@ -148,6 +155,7 @@ def main() -> None:
             "relative_error": (sim.step_time_us - measured) / measured,
             "measured_round_medians_us": medians,
             "simulated_pipelined_us": sim_other.step_time_us,
+            "simulated_without_overheads_us": sim_plain.step_time_us,
             "simulated_compute_us": float(sim.op_time_us.sum()),
         }
         rows.append(row)
@@ -159,6 +167,7 @@ def main() -> None:
     measured = np.array([r["measured_step_time_us"] for r in rows])
     simulated = np.array([r["simulated_step_time_us"] for r in rows])
     simulated_other = np.array([r["simulated_pipelined_us"] for r in rows])
+    simulated_plain = np.array([r["simulated_without_overheads_us"] for r in rows])
     errors = np.abs(simulated - measured) / measured
     rho = float(spearmanr(measured, simulated).statistic) if len(rows) > 2 else float("nan")
     per_model = {}
@@ -177,6 +186,8 @@ def main() -> None:
         "pipelined": {"median_abs_relative_error": float(np.median(np.abs(simulated_other - measured) / measured)),
                       "spearman": float(spearmanr(measured, simulated_other).statistic) if len(rows) > 2 else float("nan"),
                       "link": {key: float(getattr(pipelined, key)[0, 1]) for key in LINK_FIGURES}},
+        "without_overheads": {"median_abs_relative_error": float(np.median(np.abs(simulated_plain - measured) / measured)),
+                              "spearman": float(spearmanr(measured, simulated_plain).statistic) if len(rows) > 2 else float("nan")},
         "single_device_median_error": float(np.median((simulated[single] - measured[single]) / measured[single]))
         if single else None,
         "per_model": per_model,
