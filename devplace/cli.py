@@ -426,6 +426,8 @@ def run(
     cost: str = typer.Option("executed", "--cost", help="op times to simulate with: executed (timed through this "
                              "executor on the CPU, glue included) or measured (capture's)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="write a Chrome/Perfetto trace of the simulated "
+                                         "step and the last measured step here"),
 ):
     """Run TARGET's training step for real under a placement; measured vs simulated step time."""
     from devplace.execute import eager_reference, max_difference, prepare
@@ -437,9 +439,13 @@ def run(
         raise DevplaceError("--cost executed times ops on the CPU: use --cost measured with other devices")
     prepared = prepare(target, cost=cost)
     result = execute(target, placement_path, cluster=cluster, backend=backend, steps=steps, warmup=warmup,
-                     devices=device or None, timeout_s=timeout, prepared=prepared)
+                     devices=device or None, timeout_s=timeout, prepared=prepared, timeline=trace is not None)
     if result is None:  # a torchrun rank other than 0
         return
+    if trace is not None:
+        from devplace.sim import write_chrome_trace
+
+        write_chrome_trace(result.simulation, trace, measured=result.timeline)
     summary = result.to_dict()
     if check:
         worst, error = max_difference(result.outputs, eager_reference(prepared))
@@ -454,6 +460,9 @@ def run(
     )
     if check:
         console.print(f"largest relative difference from an eager step: {error:.2e} ({worst})")
+    if trace is not None:
+        console.print(f"trace of the simulated and the last measured step written to {trace} "
+                      f"(open it in https://ui.perfetto.dev)")
 
 
 @app.command()

@@ -312,6 +312,13 @@ def test_views_of_updated_weights_are_copied_before_sending(prepared):
     assert forward_only and not set(forward_only) & written
 
 
+def write_two_cpu_cluster(path) -> None:
+    path.write_text(
+        'name = "two"\ncomm_model = "duplex"\n[[devices]]\nkind = "cpu"\ncount = 2\nmemory_gib = 4\n'
+        "[links.default]\nlatency_us = 50\nbandwidth_bytes_per_us = 1000\n"
+    )
+
+
 def test_cli_run_prints_measured_and_simulated_step_times(prepared, tmp_path):
     import json
     import subprocess
@@ -320,10 +327,7 @@ def test_cli_run_prints_measured_and_simulated_step_times(prepared, tmp_path):
     p = prepared["mlp"]
     placement = placements(p)["round-robin"]
     placement.save(tmp_path / "placement.json", p.graph)
-    (tmp_path / "two.toml").write_text(
-        'name = "two"\ncomm_model = "duplex"\n[[devices]]\nkind = "cpu"\ncount = 2\nmemory_gib = 4\n'
-        "[links.default]\nlatency_us = 50\nbandwidth_bytes_per_us = 1000\n"
-    )
+    write_two_cpu_cluster(tmp_path / "two.toml")
     proc = subprocess.run(
         [sys.executable, "-m", "devplace.cli", "run", MODELS["mlp"], "--placement", str(tmp_path / "placement.json"),
          "--cluster", str(tmp_path / "two.toml"), "--steps", "2", "--check", "--json"],
@@ -340,6 +344,66 @@ def test_cli_run_prints_measured_and_simulated_step_times(prepared, tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode == 2 and "made for another graph" in bad.stderr
+
+
+def test_timeline_of_a_step_has_every_op_wait_and_send_in_place(prepared):
+    """Distributed: one interval per executed instruction (graph ops on their placed rank), none
+    overlapping on a rank, the waits between them; a wait per cross-device value on its reader."""
+    p = prepared["mlp"]
+    pl = placements(p)["round-robin"]
+    plan = make_plan(p.program, p.graph, pl, 2)
+    result = run(None, pl, cluster=cluster_for(p.graph), prepared=p, backend="distributed", steps=1, warmup=0,
+                 timeline=True)
+    timeline = result.timeline
+    ops = [e for e in timeline["ops"] if e["name"] in p.graph.index_of]
+    assert sorted(e["name"] for e in ops) == sorted(p.graph.names)
+    assert all(e["device"] == pl.devices[p.graph.index_of[e["name"]]] for e in ops)
+    for d in range(2):
+        ran = [p.program.instrs[i].name for i in plan.rank_order[d]]
+        assert sorted(e["name"] for e in timeline["ops"] if e["device"] == d) == sorted(ran)
+        busy = sorted((e["start_us"], e["end_us"]) for e in timeline["ops"] + timeline["waits"] if e["device"] == d)
+        assert all(0 <= start <= end <= timeline["device_end_us"][d] for start, end in busy)
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(busy, busy[1:])), f"rank {d} overlaps"
+    received = sorted((name, dst, src) for dst, by_src in enumerate(plan.recvs) for src, events in by_src.items()
+                      for name, _ in events)
+    assert sorted((e["name"], e["device"], e["peer"]) for e in timeline["waits"]) == received
+    sent = sorted((p.program.instrs[i].name, int(plan.home[i]), dst) for i, to in plan.sends.items() for dst, _ in to)
+    assert sorted((e["name"], e["device"], e["peer"]) for e in timeline["sends"]) == sent
+    assert len(received) == result.n_transfers > 0
+    assert timeline["step_time_us"] == max(timeline["device_end_us"]) == result.step_times_us[-1]
+    assert result.simulation.step_time_us == result.simulated_step_time_us
+    local = run(None, pl, cluster=cluster_for(p.graph), prepared=p, steps=2, warmup=0, timeline=True)
+    assert sorted(e["name"] for e in local.timeline["ops"]) == sorted(ins.name for ins in p.program.instrs)
+    assert local.timeline["waits"] == [] and local.timeline["step_time_us"] == local.step_times_us[-1]
+    assert run(None, pl, cluster=cluster_for(p.graph), prepared=p, steps=1, warmup=0).timeline is None
+
+
+def test_cli_run_trace_holds_the_simulated_and_the_measured_step(prepared, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    p = prepared["mlp"]
+    placements(p)["round-robin"].save(tmp_path / "placement.json", p.graph)
+    write_two_cpu_cluster(tmp_path / "two.toml")
+    trace = tmp_path / "trace.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "devplace.cli", "run", MODELS["mlp"], "--placement", str(tmp_path / "placement.json"),
+         "--cluster", str(tmp_path / "two.toml"), "--backend", "distributed", "--steps", "1", "--warmup", "0",
+         "--trace", str(trace)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "trace of the simulated and the last measured step written to" in proc.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(processes.values()) == ["measured", "simulated"]
+    for group in ("simulated", "measured"):
+        names = [e["name"] for e in events if e["ph"] == "X" and processes[e["pid"]] == group and e["cat"] != "glue"]
+        assert set(p.graph.names) <= set(names), group
+    waits = [e["name"] for e in events if e["ph"] == "X" and e["cat"] == "wait"]
+    plan = make_plan(p.program, p.graph, placements(p)["round-robin"], 2)
+    assert len(waits) == plan.n_transfers > 0 and all(" from cpu" in name for name in waits)
 
 
 def test_glue_is_costed_on_the_op_whose_device_runs_it(prepared):

@@ -3,6 +3,8 @@
 >>> import devplace as dp
 >>> r = dp.run("zoo:mlp:preset=small", [0] * n_ops, cluster=c)      # doctest: +SKIP
 >>> r.measured_step_time_us, r.simulated_step_time_us                # doctest: +SKIP
+>>> r = dp.run("zoo:mlp:preset=small", [0] * n_ops, cluster=c, timeline=True)  # doctest: +SKIP
+>>> dp.sim.write_chrome_trace(r.simulation, "step.json", measured=r.timeline)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -86,6 +88,11 @@ class RunResult:
     loss: float
     n_transfers: int
     outputs: dict = field(default_factory=dict, repr=False)  # loss, param:NAME, grad:NAME (CPU tensors)
+    simulation: object = field(default=None, repr=False)  # the SimResult the simulated time comes from
+    # with run(timeline=True), the last measured step: {"ops", "waits", "sends"} lists of dicts with name,
+    # device, start_us, end_us (waits and sends: peer too) from the step's start, "device_end_us" (when
+    # each device's part ended) and "step_time_us"; distributed: each rank's times from its own start
+    timeline: dict | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
         return {
@@ -102,14 +109,17 @@ class RunResult:
 
 def run(target, placement, *, cluster=None, backend: str = "local", steps: int = 5, warmup: int = 1,
         devices: list[str] | None = None, timeout_s: float = 60.0, prepared: Prepared | None = None,
-        fault: dict | None = None) -> RunResult | None:
+        fault: dict | None = None, timeline: bool = False) -> RunResult | None:
     """Run the training step of ``target`` with every op on its placed device.
 
     ``placement``: a Placement, a placement file path, or one device index per graph op.
     ``cluster``: the cluster to simulate on (default: ``n`` devices of this machine's kind with a
     quick calibration of its links). ``backend``: ``local`` (one process, ``devices`` are torch
     devices) or ``distributed`` (one process per device). Returns measured (median over ``steps``
-    after ``warmup``) and simulated step times, and the first step's loss, gradients and parameters.
+    after ``warmup``) and simulated step times, and the first step's loss, gradients and parameters;
+    ``timeline``: also record the last step's timeline (``RunResult.timeline``), for
+    ``devplace.sim.write_chrome_trace(result.simulation, path, measured=result.timeline)``; that step
+    is still one of the measured ones, a few percent slower for the recording (~0.2 us per instruction).
     Under ``torchrun`` the distributed backend runs this process's rank; ranks other than 0 return None.
     """
     from devplace.placement import Placement, as_placement
@@ -141,26 +151,27 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
     n_devices = cluster.n_devices
     check_against_graph(program, graph, placement, cluster)
     plan = make_plan(program, graph, placement, n_devices)
-    simulated = simulate(graph, prepared.simulation_cluster(cluster), placement).step_time_us
+    simulation = simulate(graph, prepared.simulation_cluster(cluster), placement)
     state = {k: v.clone() for k, v in prepared.state.items()}
     if backend == "local":
-        outputs, times = run_local(program, plan, state, parse_devices(devices or [], n_devices),
-                                   steps=steps, warmup=warmup)
+        done = run_local(program, plan, state, parse_devices(devices or [], n_devices),
+                         steps=steps, warmup=warmup, timeline=timeline)
     else:
         from devplace.execute.distributed import run_distributed, run_under_torchrun, under_torchrun
 
         if under_torchrun():  # every process runs this; rank 0 gathers and reports
-            done = run_under_torchrun(program, plan, state, steps=steps, warmup=warmup, devices=devices)
+            done = run_under_torchrun(program, plan, state, steps=steps, warmup=warmup, devices=devices,
+                                      timeline=timeline)
             if done is None:
                 return None
-            outputs, times = done
         else:
-                outputs, times = run_distributed(program, plan, state, n_devices, steps=steps, warmup=warmup,
-                                             timeout_s=timeout_s, devices=devices, fault=fault)
+            done = run_distributed(program, plan, state, n_devices, steps=steps, warmup=warmup,
+                                   timeout_s=timeout_s, devices=devices, fault=fault, timeline=timeline)
+    outputs, times = done[:2]
     if "loss" not in outputs:
         raise ExecutionError("the run finished without a loss: this is a bug in the executor")
-    return RunResult(backend, n_devices, median(times), float(simulated), times, float(outputs["loss"]),
-                     plan.n_transfers, outputs)
+    return RunResult(backend, n_devices, median(times), float(simulation.step_time_us), times, float(outputs["loss"]),
+                     plan.n_transfers, outputs, simulation, done[2] if timeline else None)
 
 
 def eager_reference(prepared: Prepared) -> dict:

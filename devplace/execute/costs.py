@@ -33,20 +33,6 @@ from devplace.execute.schedule import make_plan
 EXECUTED_COST = "executed"
 
 
-class _TimedInterpreter(RankInterpreter):
-    """A one-device rank that stamps the start of every instruction."""
-
-    def run(self, order=None):
-        self.stamps: list[tuple[str, int]] = []
-        out = super().run(order)
-        self.stamps.append(("", time.perf_counter_ns()))
-        return out
-
-    def run_node(self, ins):
-        self.stamps.append((ins.name, time.perf_counter_ns()))
-        super().run_node(ins)
-
-
 def host_ops(program: Program, graph) -> dict[str, int]:
     """Instruction name -> the graph op whose cost holds it: glue follows its first input (it runs
     on that device); glue computed from constants alone (scalar arithmetic on the optimizer's step
@@ -72,17 +58,19 @@ def instruction_times_us(program: Program, graph, state: dict, *, repeats: int =
     from devplace.placement import Placement
 
     plan = make_plan(program, graph, Placement(devices=np.zeros(graph.n_ops, dtype=np.int64)), 1)
-    interp = _TimedInterpreter(program, plan, 0, torch.device("cpu"), {})
+    interp = RankInterpreter(program, plan, 0, torch.device("cpu"), {})
     samples: dict[str, list[float]] = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as a device process runs (distributed.py)
     try:
         for k in range(warmup + repeats):
             interp.state = {name: v.clone() for name, v in state.items()}  # a step updates its inputs in place
+            interp.timeline = [] if k >= warmup else None  # each instruction's start (no receives on one device)
             interp.run()
+            ended = time.perf_counter_ns()
             if k < warmup:
                 continue
-            stamps = interp.stamps
+            stamps = [(name, start) for _kind, name, _peer, start, _end in interp.timeline] + [("", ended)]
             for (name, t0), (_, t1) in zip(stamps, stamps[1:]):
                 samples.setdefault(name, []).append((t1 - t0) / 1e3)
     finally:

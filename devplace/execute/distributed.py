@@ -15,7 +15,9 @@ for a value when it needs it.
 A CPU device is a process with one thread (``torch.set_num_threads(1)``), so two devices use two
 cores for real. Measured step time: all ranks pass a barrier and, on one machine, wait spinning for
 a start time they agreed on (``synchronized_start``), then each times its part of the step up to its
-last op and completed sends; a step's time is the slowest rank's.
+last op and completed sends; a step's time is the slowest rank's. Asked for a timeline, each rank
+records its last step (interpreter.py: its instructions, its receive waits and its send postings,
+from its own start) and the parts are merged.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 
-from devplace.execute.interpreter import PlacedInterpreter
+from devplace.execute.interpreter import PlacedInterpreter, merge_timeline, timeline_part
 from devplace.execute.program import ExecutionError, Program
 from devplace.execute.schedule import Plan
 
@@ -129,7 +131,12 @@ class RankInterpreter(PlacedInterpreter):
         self.outstanding[src] -= 1
         self.post_receives(src, RECEIVES_AHEAD)
         self._mark(self.program.index[self.current.name], src)
-        work.wait()
+        if self.timeline is None:
+            work.wait()
+        else:
+            waited = time.perf_counter_ns()
+            work.wait()
+            self.ready_ns = self.record("wait", name, src, waited)
         return restore_strides(buffer, self.program.instrs[self.program.index[name]].stride)
 
     def store(self, ins, value, device):
@@ -143,7 +150,10 @@ class RankInterpreter(PlacedInterpreter):
             payload = value.detach()
             payload = payload.clone(memory_format=torch.contiguous_format) if ins.name in self.written else payload.contiguous()
             for dst, tag in sends:
+                posted = time.perf_counter_ns()
                 self.pending_sends.append((dist.isend(payload, dst=dst, tag=tag), payload))
+                if self.timeline is not None:
+                    self.record("send", ins.name, dst, posted)
 
     def finish_sends(self) -> None:
         for work, _payload in self.pending_sends:
@@ -184,7 +194,8 @@ def synchronized_start(same_host: bool) -> None:
 
 
 def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict, settings: dict, status):
-    """Run warm-up + measured steps on this rank; (first-step outputs held here, step times in us)."""
+    """Run warm-up + measured steps on this rank; (first-step outputs held here, step times in us,
+    the last step's timeline part when ``settings["timeline"]``, else None)."""
     import torch.distributed as dist
 
     device = torch.device(settings["devices"][rank]) if settings.get("devices") else torch.device("cpu")
@@ -192,20 +203,25 @@ def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict,
         torch.cuda.set_device(device)
     state = {k: v.to(device, copy=True) for k, v in state.items()}  # a job never changes its inputs
     interp = RankInterpreter(program, plan, rank, device, state, status, settings.get("fault"))
-    first, times = {}, []
-    for step in range(settings["warmup"] + settings["steps"]):
+    first, times, part = {}, [], None
+    n_steps = settings["warmup"] + settings["steps"]
+    for step in range(n_steps):
+        interp.timeline = [] if settings.get("timeline") and step == n_steps - 1 else None
         synchronized_start(settings.get("same_host", True))
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         out = interp.run()
         interp.finish_sends()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        elapsed = (time.perf_counter() - started) * 1e6
+        elapsed = (time.perf_counter_ns() - started) / 1e3
         if step == 0:
             first = {k: v.detach().cpu().numpy().copy() for k, v in out.items()}
         if step >= settings["warmup"]:
             times.append(elapsed)
-    return first, times
+        if interp.timeline is not None:
+            part = {**timeline_part(interp.timeline, started, lambda _name: rank), "device_end_us": {rank: elapsed}}
+    interp.timeline = None
+    return first, times, part
 
 
 def _local_state(program: Program, plan: Plan, state: dict, rank: int) -> dict:
@@ -248,17 +264,20 @@ def _worker(rank, world, init_method, body, body_args, settings, results, status
 
 def run_distributed(program: Program, plan: Plan, state: dict, n_devices: int, *, steps: int = 5,
                     warmup: int = 1, timeout_s: float = 60.0, startup_timeout_s: float = 120.0,
-                    devices: list[str] | None = None, fault: dict | None = None) -> tuple[dict, list[float]]:
-    """Spawn one process per device, run the steps, return (first-step outputs, step times in us)."""
+                    devices: list[str] | None = None, fault: dict | None = None, timeline: bool = False) -> tuple:
+    """Spawn one process per device, run the steps, return (first-step outputs, step times in us),
+    and with ``timeline`` the last step's timeline (interpreter.merge_timeline) third."""
     return run_distributed_many([(program, plan, state)], n_devices, steps=steps, warmup=warmup, timeout_s=timeout_s,
-                                startup_timeout_s=startup_timeout_s, devices=devices, fault=fault)[0]
+                                startup_timeout_s=startup_timeout_s, devices=devices, fault=fault, timeline=timeline)[0]
 
 
 def run_distributed_many(jobs: list[tuple[Program, Plan, dict]], n_devices: int, *, steps: int = 5, warmup: int = 1,
                          timeout_s: float = 60.0, startup_timeout_s: float = 120.0, devices: list[str] | None = None,
-                         fault: dict | None = None) -> list[tuple[dict, list[float]]]:
-    """Several (program, plan, state) jobs in one set of processes (one start-up for all of them)."""
-    settings = {"steps": steps, "warmup": warmup, "timeout_s": timeout_s, "devices": devices, "fault": fault}
+                         fault: dict | None = None, timeline: bool = False) -> list[tuple]:
+    """Several (program, plan, state) jobs in one set of processes (one start-up for all of them);
+    one result per job as ``run_distributed`` returns it."""
+    settings = {"steps": steps, "warmup": warmup, "timeout_s": timeout_s, "devices": devices, "fault": fault,
+                "timeline": timeline}
     per_rank = [([(p, plan, _local_state(p, plan, state, rank)) for p, plan, state in jobs],) for rank in range(n_devices)]
     done = launch(_run_body, per_rank, settings, timeout_s=timeout_s, startup_timeout_s=startup_timeout_s,
                   programs=[p for p, _, _ in jobs])
@@ -268,7 +287,10 @@ def run_distributed_many(jobs: list[tuple[Program, Plan, dict]], n_devices: int,
         for rank in range(n_devices):
             first.update({name: torch.from_numpy(v) for name, v in done[rank][0][k][0].items()})
         times = np.max(np.asarray([done[r][0][k][1] for r in range(n_devices)], dtype=np.float64), axis=0).tolist()
-        out.append((first, times))
+        if timeline:
+            out.append((first, times, merge_timeline([done[r][0][k][2] for r in range(n_devices)])))
+        else:
+            out.append((first, times))
     return out
 
 
@@ -392,8 +414,10 @@ def under_torchrun() -> bool:
 
 
 def run_under_torchrun(program: Program, plan: Plan, state: dict, *, steps: int = 5, warmup: int = 1,
-                       timeout_s: float = 600.0, devices: list[str] | None = None) -> tuple[dict, list[float]] | None:
-    """Body of one torchrun process; rank 0 returns (first-step outputs, step times), others None."""
+                       timeout_s: float = 600.0, devices: list[str] | None = None,
+                       timeline: bool = False) -> tuple | None:
+    """Body of one torchrun process; rank 0 returns (first-step outputs, step times) and with
+    ``timeline`` the last step's timeline (each rank's times from its own start), others None."""
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -404,17 +428,18 @@ def run_under_torchrun(program: Program, plan: Plan, state: dict, *, steps: int 
         torch.set_num_threads(1)
     backend = "nccl" if devices and devices[rank].startswith("cuda") else "gloo"
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-    settings = {"steps": steps, "warmup": warmup, "devices": devices,
+    settings = {"steps": steps, "warmup": warmup, "devices": devices, "timeline": timeline,
                 "same_host": int(os.environ.get("LOCAL_WORLD_SIZE", -1)) == world}
     try:
-        first, times = _rank_body(rank, world, program, plan, _local_state(program, plan, state, rank), settings, None)
+        mine = _rank_body(rank, world, program, plan, _local_state(program, plan, state, rank), settings, None)
         gathered = [None] * world if rank == 0 else None
-        dist.gather_object((first, times), gathered, dst=0)
+        dist.gather_object(mine, gathered, dst=0)
     finally:
         dist.destroy_process_group()
     if rank != 0:
         return None
     outputs = {}
-    for part, _ in gathered:
+    for part, _, _ in gathered:
         outputs.update({k: torch.from_numpy(v) for k, v in part.items()})
-    return outputs, np.max(np.asarray([t for _, t in gathered]), axis=0).tolist()
+    times = np.max(np.asarray([t for _, t, _ in gathered]), axis=0).tolist()
+    return (outputs, times, merge_timeline([p for _, _, p in gathered])) if timeline else (outputs, times)

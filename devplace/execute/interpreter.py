@@ -23,11 +23,19 @@ at their last use from a map computed before the run, and any failure re-raised 
 
 A subclass changes how values travel: ``LocalInterpreter`` (local.py) copies them with ``.to``;
 ``RankInterpreter`` (distributed.py) sends and receives them with torch.distributed.
+
+Recording: set ``timeline`` to a list before ``run`` and every instruction appends
+``("op", name, -1, start_ns, end_ns)`` (``time.perf_counter_ns``); a rank also appends its receive
+waits and send postings (``"wait"``/``"send"``, with the peer). An op starts when its inputs are in:
+after the last receive wait inside its instruction, if any (``ready_ns``). ``timeline_part`` turns
+the records into the plain dicts ``RunResult.timeline`` holds. Left at None, recording costs one
+test per instruction.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import time
+from typing import Callable, Iterable
 
 import torch
 from torch.utils._pytree import tree_map
@@ -55,17 +63,25 @@ class PlacedInterpreter:
         self.state = state
         self.env: dict[str, dict[torch.device, object]] = {}
         self.keep = set(program.outputs.values())
+        self.timeline: list | None = None  # a list: record this run (see the module docstring)
+        self.ready_ns = 0
 
     # ------------------------------------------------------------------ driver
     def run(self, order: Iterable[int] | None = None) -> dict:
         order = list(range(len(self.program))) if order is None else list(order)
         last_use = self.last_use_map(order)
         self.env = {}
+        timeline = self.timeline
         for position, i in enumerate(order):
             ins = self.program.instrs[i]
             self.current = ins
             try:
-                self.run_node(ins)
+                if timeline is None:
+                    self.run_node(ins)
+                else:
+                    self.ready_ns = time.perf_counter_ns()
+                    self.run_node(ins)
+                    self.record("op", ins.name, -1, self.ready_ns)
             except ExecutionError:
                 raise
             except Exception as exc:  # noqa: BLE001 - re-raised naming the op
@@ -77,6 +93,12 @@ class PlacedInterpreter:
                 self.env.pop(name, None)
         self.current = None
         return self.collect_outputs()
+
+    def record(self, kind: str, name: str, peer: int, start_ns: int) -> int:
+        """Append a ``kind`` event on ``name`` with ``peer`` from ``start_ns`` to now; return now."""
+        end = time.perf_counter_ns()
+        self.timeline.append((kind, name, peer, start_ns, end))
+        return end
 
     def last_use_map(self, order: list[int]) -> dict[int, list[str]]:
         """Position in ``order`` -> names whose last reader runs there (outputs are kept)."""
@@ -148,3 +170,37 @@ class PlacedInterpreter:
         if isinstance(kwargs.get("device"), torch.device):
             kwargs["device"] = device  # factory ops create on the placed device
         return decode_target(ins.target)(*args, **kwargs)
+
+
+TIMELINE_KINDS = {"op": "ops", "wait": "waits", "send": "sends"}
+
+
+def timeline_part(records: list, origin_ns: int, device_of: Callable[[str], int]) -> dict[str, list[dict]]:
+    """Recorded ``(kind, name, peer, start_ns, end_ns)`` events as ``{"ops": [...], "waits": [...],
+    "sends": [...]}``: each a dict with name, device, start_us and end_us after ``origin_ns`` (and
+    the peer device for waits and sends)."""
+    out: dict[str, list[dict]] = {key: [] for key in TIMELINE_KINDS.values()}
+    for kind, name, peer, start, end in records:
+        event = {"name": name, "device": device_of(name),
+                 "start_us": (start - origin_ns) / 1e3, "end_us": (end - origin_ns) / 1e3}
+        if peer >= 0:
+            event["peer"] = peer
+        out[TIMELINE_KINDS[kind]].append(event)
+    return out
+
+
+def merge_timeline(parts: list[dict]) -> dict:
+    """One step's timeline from the parts the devices recorded (each with ``device_end_us``, its
+    device -> when its part of the step ended): ops, waits and sends sorted by device and start,
+    ``device_end_us`` as a list and ``step_time_us`` the latest end."""
+    ends: dict[int, float] = {}
+    merged: dict = {key: [] for key in TIMELINE_KINDS.values()}
+    for part in parts:
+        ends.update(part["device_end_us"])
+        for key in TIMELINE_KINDS.values():
+            merged[key].extend(part[key])
+    for key in TIMELINE_KINDS.values():
+        merged[key].sort(key=lambda e: (e["device"], e["start_us"]))
+    merged["device_end_us"] = [ends[d] for d in sorted(ends)]
+    merged["step_time_us"] = max(ends.values(), default=0.0)
+    return merged

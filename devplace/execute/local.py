@@ -3,6 +3,9 @@
 Values cross devices with ``.to(device)``, non-blocking where the device allows it. On GPUs each
 device runs its ops on its own stream, and a copy to another device first makes the destination
 stream wait for the source stream, so devices overlap as far as the data lets them.
+
+Asked for a timeline, the last step records every instruction in this one process's order (on GPUs
+the times are when the host issued the work, not when the device ran it).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 
 import torch
 
-from devplace.execute.interpreter import PlacedInterpreter, move_value
+from devplace.execute.interpreter import PlacedInterpreter, merge_timeline, move_value, timeline_part
 from devplace.execute.program import ExecutionError, Program
 from devplace.execute.schedule import ANYWHERE, Plan
 
@@ -74,32 +77,41 @@ def instruction_devices(plan: Plan, devices: list[torch.device]) -> list[torch.d
 
 
 def run_local(program: Program, plan: Plan, state: dict, devices: list[torch.device], *,
-              steps: int = 5, warmup: int = 1) -> tuple[dict, list[float]]:
-    """Run ``warmup + steps`` training steps; (outputs of the first step on CPU, measured step times)."""
+              steps: int = 5, warmup: int = 1, timeline: bool = False) -> tuple:
+    """Run ``warmup + steps`` training steps; (outputs of the first step on CPU, measured step times),
+    and with ``timeline`` the last step's timeline (interpreter.merge_timeline) third."""
     threads = torch.get_num_threads()
     if all(d.type == "cpu" for d in devices):
         torch.set_num_threads(1)  # a CPU device is one thread, as in the distributed backend
     try:
-        return _run_steps(program, plan, state, devices, steps, warmup)
+        return _run_steps(program, plan, state, devices, steps, warmup, timeline)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_steps(program, plan, state, devices, steps, warmup):
+def _run_steps(program, plan, state, devices, steps, warmup, timeline):
     placed = instruction_devices(plan, devices)
     state = {name: move_value(v, placed[program.index[name]]) for name, v in state.items()}
     interp = LocalInterpreter(program, placed, state)
     first: dict = {}
     times_us: list[float] = []
+    part = None
     for step in range(warmup + steps):
-        started = time.perf_counter()
+        interp.timeline = [] if timeline and step == warmup + steps - 1 else None
+        started = time.perf_counter_ns()
         out = interp.run(plan.order)
         interp.synchronize()
-        elapsed_us = (time.perf_counter() - started) * 1e6
+        elapsed_us = (time.perf_counter_ns() - started) / 1e3
         if step == 0:
             first = {k: v.detach().to("cpu", copy=True) for k, v in out.items()}
         if step >= warmup:
             times_us.append(elapsed_us)
+        if interp.timeline is not None:
+            home = [max(int(h), 0) for h in plan.home.tolist()]  # constants' glue runs on device 0
+            part = timeline_part(interp.timeline, started, lambda name: home[program.index[name]])
+            part["device_end_us"] = {d: elapsed_us for d in range(len(devices))}
+    if timeline:
+        return first, times_us, merge_timeline([part])
     return first, times_us
 
 
