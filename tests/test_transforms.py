@@ -201,25 +201,27 @@ def test_forward_view_places_backward_with_forward_and_keeps_groups():
     b.add_op("g2", compute_us=4.0, role="backward", mirror="f2", output_bytes=50.0)
     b.add_op("g1", compute_us=5.0, role="backward", mirror="f1")
     b.add_op("upd", compute_us=1.0, role="update", colocation="w")
-    b.add_op("sum1", compute_us=1.0, role="backward")  # partial sums of w's gradient: no mirror,
-    b.add_op("sum2", compute_us=1.0, role="backward")  # read down to the last one, in w's group
+    b.add_op("sum1", compute_us=1.0, role="backward")  # partial sums of a gradient: no mirror, no
+    b.add_op("sum2", compute_us=1.0, role="backward")  # group; each follows its largest input
     b.add_op("sum3", compute_us=1.0, role="backward", colocation="w")
-    b.add_op("stray", compute_us=1.0, role="backward")  # read by nobody: follows its input
+    b.add_op("stray", compute_us=1.0, role="backward")  # no input with a leader: follows its reader
     b.add_op("lone", compute_us=1.0, role="backward")   # nothing to follow at all
-    for s, d in [("f1", "f2"), ("f2", "g2"), ("f1", "g1"), ("g2", "g1"), ("g2", "upd"), ("g1", "stray"),
-                 ("g1", "sum1"), ("sum1", "sum2"), ("g2", "sum2"), ("sum2", "sum3")]:
-        b.add_edge(s, d)
+    for s, d, nbytes in [("f1", "f2", 0), ("f2", "g2", 0), ("f1", "g1", 0), ("g2", "g1", 0), ("g2", "upd", 0),
+                         ("g1", "sum1", 0), ("sum1", "sum2", 0), ("g2", "sum2", 0), ("sum2", "sum3", 0),
+                         ("stray", "g1", 0)]:
+        b.add_edge(s, d, bytes=nbytes)
     g = b.build()
     v = forward_view(g)
     assert v.graph.n_ops == 3                      # f1, f2, lone
     devices = v.expand([0, 1, 2])
     by = dict(zip(g.names, devices.tolist()))
-    assert by["g1"] == by["f1"] == by["stray"] == 0 and by["lone"] == 2
-    assert by["g2"] == by["upd"] == by["f2"] == by["sum1"] == by["sum2"] == by["sum3"] == 1
+    # sum1 reads g1 only; sum2 reads sum1 (0 bytes) and g2 (50 bytes): the larger leads
+    assert by["g1"] == by["f1"] == by["stray"] == by["sum1"] == 0 and by["lone"] == 2
+    assert by["g2"] == by["upd"] == by["f2"] == by["sum2"] == by["sum3"] == 1
     # f1's output is read by g1 (kept for backward) and g2's output is a follower's: both persistent
     assert v.graph.persistent_bytes[v.coarse_of[0]] >= 100.0
     assert v.graph.persistent_bytes[v.coarse_of[1]] >= 50.0
-    assert v.graph.compute_us[v.coarse_of[1], 0] == 3.0 + 4.0 + 1.0 + 3 * 1.0
+    assert v.graph.compute_us[v.coarse_of[1], 0] == 3.0 + 4.0 + 1.0 + 2 * 1.0  # f2, g2, upd, sum2, sum3
 
 
 def test_place_hook_records_sizes_and_expands_priorities_in_topological_order():

@@ -4,9 +4,9 @@ A backward op touches the same parameters and activations as the forward op it d
 Baechi places only forward ops and puts every backward op with its forward op. Here each op gets a
 leader: a forward (or ``other``) op leads itself; a backward or update op follows its mirror (the
 forward op it differentiates), else the first forward op of its colocation group, else the leader of
-the first op that reads it (a partial sum of a weight's gradient over time steps is read by the next
-partial sum, down to the last one in the weight's colocation group), else of its first input; an op
-with none of these leads itself and is placed like a forward op.
+its largest input (a partial sum of a weight's gradient over time steps follows that time step's
+gradient, so the sums spread over the layers' devices as the steps do), else of its first reader; an
+op with none of these leads itself and is placed like a forward op.
 
 The view handed to the placer is the graph induced on the leaders. Followers add to their leader:
 their compute time (it will run on the leader's device) and, to stay on the safe side of memory,
@@ -54,17 +54,17 @@ def forward_leaders(graph: OpGraph) -> np.ndarray:
         else:
             unresolved.append(int(i))
     if unresolved:
-        # readers first (latest op first, so a chain of partial sums resolves from its end), then inputs
+        # inputs first (in step order, so a chain of partial sums resolves from its start), then readers
         resolved = is_forward | (leader != np.arange(graph.n_ops))
         rank = graph.topo_rank
-        for i in sorted(unresolved, key=lambda op: -rank[op]):
-            readers = [int(v) for v in graph.successors(i) if resolved[v]]
-            if readers:
-                leader[i], resolved[i] = leader[min(readers, key=lambda v: rank[v])], True
         for i in sorted(unresolved, key=lambda op: rank[op]):
             inputs = [int(u) for u in graph.predecessors(i) if resolved[u]]
-            if not resolved[i] and inputs:
-                leader[i], resolved[i] = leader[min(inputs, key=lambda u: rank[u])], True
+            if inputs:
+                leader[i], resolved[i] = leader[max(inputs, key=lambda u: (graph.output_bytes[u], -rank[u]))], True
+        for i in sorted(unresolved, key=lambda op: -rank[op]):
+            readers = [int(v) for v in graph.successors(i) if resolved[v]]
+            if not resolved[i] and readers:
+                leader[i], resolved[i] = leader[min(readers, key=lambda v: rank[v])], True
     return leader
 
 
