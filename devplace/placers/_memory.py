@@ -58,6 +58,18 @@ def members_of(v, group, group_ptr, group_members):
     return group_members[group_ptr[g] : group_ptr[g + 1]]
 
 
+@njit(cache=True, inline="always")
+def _count_copy(producer, dest, nbytes, n_dev, commit, delta, stamp, tick, copy_counted):
+    """Count one received copy of ``producer``'s output on ``dest``, once per (producer, device)."""
+    key = producer * n_dev + dest
+    if copy_counted[key] or stamp[key] == tick:
+        return
+    stamp[key] = tick
+    delta[dest] += nbytes
+    if commit:
+        copy_counted[key] = True
+
+
 @njit(cache=True)
 def claim(
     ops, d, commit, delta, stamp, tick,
@@ -77,36 +89,16 @@ def claim(
         delta[d] += static_bytes[w]
         if temp_bytes[w] > largest_temp:
             largest_temp = temp_bytes[w]
-        for k in range(pred_ptr[w], pred_ptr[w + 1]):
+        for k in range(pred_ptr[w], pred_ptr[w + 1]):  # inputs from placed ops elsewhere: a copy here
             e = pred_edge[k]
-            if not moves[e]:
-                continue
             u = edge_src[e]
-            du = device[u]
-            if du < 0 or du == d:
-                continue
-            key = u * n_dev + d
-            if copy_counted[key] or stamp[key] == tick:
-                continue
-            stamp[key] = tick
-            delta[d] += output_bytes[u]
-            if commit:
-                copy_counted[key] = True
-        for k in range(succ_ptr[w], succ_ptr[w + 1]):
+            if moves[e] and device[u] >= 0 and device[u] != d:
+                _count_copy(u, d, output_bytes[u], n_dev, commit, delta, stamp, tick, copy_counted)
+        for k in range(succ_ptr[w], succ_ptr[w + 1]):  # readers placed elsewhere: a copy there
             e = succ_edge[k]
-            if not moves[e]:
-                continue
-            x = edge_dst[e]
-            dx = device[x]
-            if dx < 0 or dx == d:
-                continue
-            key = w * n_dev + dx
-            if copy_counted[key] or stamp[key] == tick:
-                continue
-            stamp[key] = tick
-            delta[dx] += output_bytes[w]
-            if commit:
-                copy_counted[key] = True
+            dx = device[edge_dst[e]]
+            if moves[e] and dx >= 0 and dx != d:
+                _count_copy(w, dx, output_bytes[w], n_dev, commit, delta, stamp, tick, copy_counted)
     if largest_temp > temp_max[d]:
         delta[d] += largest_temp - temp_max[d]
     fits = True
