@@ -146,7 +146,9 @@ class Cluster:
         devices idle: the message latency (link and both devices' overheads) plus bytes / bandwidth."""
         if src == dst:
             return 0.0
-        return float(self.message_latency_us[src, dst] + nbytes / self.bandwidth_bytes_per_us[src, dst])
+        # element by element: HEFT calls this per edge, and message_latency_us builds a whole matrix
+        fixed = self.latency_us[src, dst] + self.send_overhead_us[src, dst] + self.recv_overhead_us[src, dst]
+        return float(fixed + nbytes / self.bandwidth_bytes_per_us[src, dst])
 
     def with_memory_fraction(self, fraction: float) -> "Cluster":
         """The same cluster with every device's memory scaled, as Baechi's 30% experiments."""
