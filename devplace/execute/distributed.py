@@ -381,16 +381,21 @@ def _at_op(status, rank: int, programs: list[Program] | None) -> str:
     return f" at op {programs[max(job, 0)].instrs[op].name!r}" if op >= 0 and programs else ""
 
 
+def _arriving(results, seconds: float):
+    """The messages that reach the supervisor's queue within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            yield results.get(timeout=0.1)
+        except queue_module.Empty:
+            continue
+
+
 def _raise_rank_error(message, results) -> None:
     """Report the rank that failed first; a rank that failed while waiting on a peer is a symptom."""
     _, rank, op, text, waiting = message
     if waiting >= 0:
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            try:
-                other = results.get(timeout=0.1)
-            except queue_module.Empty:
-                continue
+        for other in _arriving(results, 1.0):
             if other[0] == "error" and other[4] < 0:
                 _, rank, op, text, waiting = other
                 break
@@ -399,12 +404,7 @@ def _raise_rank_error(message, results) -> None:
 
 
 def _drain_errors(results) -> None:
-    deadline = time.monotonic() + 0.5
-    while time.monotonic() < deadline:
-        try:
-            message = results.get(timeout=0.1)
-        except queue_module.Empty:
-            continue
+    for message in _arriving(results, 0.5):
         if message[0] == "error":
             _raise_rank_error(message, results)
 
