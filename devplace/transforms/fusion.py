@@ -79,6 +79,18 @@ def _add(keys, counts, used, key, amount):
 
 
 @njit(cache=True)
+def _move_pair(keys, counts, used, old_key, new_key, other_count, other, merged_count, merged):
+    """One original edge between the absorbed piece and ``other`` now joins ``merged`` instead: the
+    pair counts follow it, and so do the distinct-neighbour counts of ``other`` and ``merged`` (its
+    successor or predecessor counts, by the edge's direction)."""
+    if _add(keys, counts, used, old_key, -1) == 1:
+        other_count[other] -= 1
+    if _add(keys, counts, used, new_key, 1) == 0:
+        merged_count[merged] += 1
+        other_count[other] += 1
+
+
+@njit(cache=True)
 def _rebuilt(keys, counts, used):
     """The table without its tombstones (same capacity: live keys never exceed the edge count)."""
     new_keys = np.full(keys.shape[0], EMPTY, np.int64)
@@ -151,21 +163,13 @@ def _contract(n, edge_src, edge_dst, cand_src, cand_dst):
             while e >= 0:
                 q = _find(parent, edge_dst[e])
                 if q != a and q != b:
-                    if _add(keys, counts, used, b * n + q, -1) == 1:
-                        n_pred[q] -= 1
-                    if _add(keys, counts, used, a * n + q, 1) == 0:
-                        n_succ[a] += 1
-                        n_pred[q] += 1
+                    _move_pair(keys, counts, used, b * n + q, a * n + q, n_pred, q, n_succ, a)
                 e = out_next[e]
             e = in_head[b]
             while e >= 0:
                 p = _find(parent, edge_src[e])
                 if p != a and p != b:
-                    if _add(keys, counts, used, p * n + b, -1) == 1:
-                        n_succ[p] -= 1
-                    if _add(keys, counts, used, p * n + a, 1) == 0:
-                        n_pred[a] += 1
-                        n_succ[p] += 1
+                    _move_pair(keys, counts, used, p * n + b, p * n + a, n_succ, p, n_pred, a)
                 e = in_next[e]
             i = _slot(keys, a * n + b)            # edges between a and b are now inside the piece
             if keys[i] == a * n + b:
