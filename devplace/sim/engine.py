@@ -249,7 +249,7 @@ def simulate_schedule(
                         link_free[du, dv] = begin + duration
                     elif comm_model == COMM_PIPELINED:
                         begin = max(now, link_free[du, dv])
-                        link_free[du, dv] = begin + duration - dest_delay[dv]
+                        link_free[du, dv] = begin + (duration - dest_delay[dv])  # held for the bytes only
                     elif comm_model == COMM_SEQUENTIAL:
                         begin = max(now, channel_free[du], channel_free[dv])
                         channel_free[du] = begin + duration
