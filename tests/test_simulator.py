@@ -490,6 +490,27 @@ def test_invariants_on_random_dags(case):
     assert len(single.transfer_op) == 0
 
 
+def test_pipelined_link_hold_rounds_as_the_reference():
+    # found by the property test: a 500 B transfer queued behind a 100 kB one on a pipelined link,
+    # then a receive overhead; the engine must add the hold as the reference does, to the last bit
+    n = 11
+    g = OpGraph(
+        names=[f"v{i}" for i in range(n)], kinds=[""] * n, device_kinds=["gpu"],
+        compute_us=np.array([0, 0, 0, 1.03264345, 0, 1.19830542, 0, 0, 1.24271476, 28.26349353, 0]).reshape(n, 1),
+        persistent_bytes=np.ones(n), output_bytes=np.zeros(n), temp_bytes=np.full(n, 3.0),
+        colocation=np.full(n, -1), colocation_names=[], role=np.zeros(n), mirror=np.full(n, -1),
+        edge_src=np.array([4, 3, 7, 7, 7, 7, 7, 3, 3]), edge_dst=np.array([1, 1, 5, 3, 4, 2, 1, 2, 6]),
+        edge_bytes=np.array([500.0, 100000.0, 0, 0, 0, 0, 0, 0, 0]),
+        edge_fixed_us=np.array([np.nan] * 5 + [3.5] + [np.nan] * 3),
+    )
+    c = uniform_cluster(2, latency_us=2.0, bandwidth_bytes_per_us=50.0, comm_model="pipelined", op_gap_us=1.5,
+                        recv_overhead_us=7.5)
+    devices = np.array([0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1])
+    priority = np.array([0.0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0])
+    r = Simulator(g, c).run(Placement(devices=devices, priority=priority))
+    assert np.array_equal(r.start_us, reference_schedule(g, c, devices, priority))
+
+
 def test_radix_argsort_matches_numpy_stable_sort():
     from devplace.sim.engine import stable_argsort_nonnegative
 
