@@ -52,8 +52,9 @@ def parse_algo(spec: str) -> tuple[str, dict]:
 
 
 def default_algos() -> list[str]:
-    """Every registered placer, then Baechi's placers with their optimizations (``+opt``)."""
-    names = list(available())
+    """Every registered placer but the learning ones (they train; ask for them by name), then Baechi's
+    placers with their optimizations (``+opt``)."""
+    names = [name for name, info in available().items() if not info.learned]
     return names + [f"{name}+opt" for name in OPTIMIZED_BY_DEFAULT if name in names]
 
 

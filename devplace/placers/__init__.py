@@ -45,6 +45,11 @@ class PlacerInfo:
     module: str
     options: type = NoOptions
 
+    @property
+    def learned(self) -> bool:
+        """A learning placer (``devplace.learn``): trains a policy, so it runs only when asked for."""
+        return self.module.startswith("devplace.learn.")
+
     def describe(self) -> dict:
         """Name, summary and declared options (``devplace algos --json``)."""
         return {"name": self.name, "summary": self.summary, "options": describe_options(self.options)}
@@ -67,13 +72,17 @@ def register(name: str, summary: str, options: type = NoOptions) -> Callable:
 
 
 def _load_all() -> None:
-    """Import every module of this package once, so each registers itself."""
+    """Import every module of this package, and the learning placers, once, so each registers itself."""
     global _LOADED
     if _LOADED:
         return
+    from devplace import learn
+
     for module in pkgutil.iter_modules(__path__):
         if not module.name.startswith("_"):
             importlib.import_module(f"{__name__}.{module.name}")
+    for name in learn.PLACER_MODULES:       # they import torch only when they run
+        importlib.import_module(f"devplace.learn.{name}")
     _LOADED = True
 
 
