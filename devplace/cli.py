@@ -284,8 +284,11 @@ def place(
     from devplace.placers import place as run_placer
     from devplace.sim import simulate as run_simulation
 
+    from devplace.progress import LineReporter, reporting
+
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
-    placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
+    with reporting(LineReporter(every_s=2.0)):   # long placers (learners) show progress on stderr
+        placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
     placement.save(output, graph)
     result = run_simulation(graph, target, placement)
     summary = {

@@ -251,3 +251,17 @@ def test_mean_sampled_step_time_falls_over_updates_on_a_zoo_graph(tmp_path, algo
     mean = [float(r["mean_step_us"]) for r in csv.DictReader(log.open())]
     first, last = np.mean(mean[:10]), np.mean(mean[-10:])
     assert last < 0.5 * first, (first, last)
+
+
+def test_cli_places_with_a_learner_and_shows_progress(tmp_path):
+    import json
+
+    out = tmp_path / "p.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "devplace.cli", "place", str(dp.example_path("gnmt_layers_training.json")),
+         "--algo", "colocrl", "--option", "samples=8", "--option", "hidden_size=16", "--output", str(out), "--json"],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["algorithm"] == "colocrl" and summary["step_time_us"] > 0 and out.exists()
+    assert "[colocrl] 4/8" in done.stderr
