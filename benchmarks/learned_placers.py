@@ -94,6 +94,28 @@ def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None
             "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1)}
 
 
+def batch_cost(graph, cluster, k: int = 64) -> dict:
+    """Seconds to score a batch of ``k`` random placements through the environment, against ``k``
+    single ``simulate`` calls on the same placements (measured in one run, best of three)."""
+    from devplace.learn.env import PlacementEnv
+    from devplace.transforms import colocation_units
+
+    units = colocation_units(graph)
+    env = PlacementEnv(graph, cluster, units)
+    batch = np.random.default_rng(0).integers(0, cluster.n_devices, size=(k, env.n_units))
+    env.evaluate(batch[:1])
+    timings = {"batch_s": [], "singles_s": []}
+    for _ in range(3):
+        began = time.perf_counter()
+        env.evaluate(batch)
+        timings["batch_s"].append(time.perf_counter() - began)
+        began = time.perf_counter()
+        for row in batch:
+            dp.simulate(graph, cluster, row[units])
+        timings["singles_s"].append(time.perf_counter() - began)
+    return {"k": k, "memory_is_ample": env.memory_is_ample, **{key: min(v) for key, v in timings.items()}}
+
+
 def baselines(graph, cluster) -> dict:
     out = {}
     for spec in BASELINES:
@@ -172,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name} ({cluster.n_devices} devices)", flush=True)
         entry = {"ops": graph.n_ops, "cluster": cluster.name, "samples": samples,
-                 "time_budget_s": args.time_budget_s, "baselines": baselines(graph, cluster)}
+                 "time_budget_s": args.time_budget_s, "batch_cost": batch_cost(graph, cluster),
+                 "baselines": baselines(graph, cluster)}
+        cost = entry["batch_cost"]
+        print(f"  a batch of {cost['k']}: {cost['batch_s']:.3f} s, {cost['k']} single simulations {cost['singles_s']:.3f} s",
+              flush=True)
         print("  " + ", ".join(f"{k} {v.get('step_us', math.nan) / 1e3:.2f} ms" for k, v in entry["baselines"].items()),
               flush=True)
         for algo in LEARNERS:
