@@ -10,6 +10,7 @@ m-SCT+opt and sim-search.
     .venv/bin/python benchmarks/learned_placers.py                          # every model, 2000 samples
     .venv/bin/python benchmarks/learned_placers.py --quick                  # the two bundled graphs, 200 samples
     .venv/bin/python benchmarks/learned_placers.py --models gnmt4 --samples 20000 --time-budget-s 600
+    .venv/bin/python benchmarks/learned_placers.py --batch-cost GRAPH.json   # a batch of 64 vs 64 simulations
 
 Writes ``benchmarks/results/learned_placers.json`` (one entry per model, merged with earlier runs)
 and ``benchmarks/results/learned_placers_<model>.png`` (the two curves), and prints the table.
@@ -182,7 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=2000, help="simulated placements per learner and for random")
     parser.add_argument("--time-budget-s", type=float, default=None, help="wall-clock cap per learner")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}, 200 samples")
+    parser.add_argument("--batch-cost", metavar="GRAPH", help="only time a batch of 64 on GRAPH (a graph file) "
+                        f"on {PRESET}, with its memory and with ample memory")
     args = parser.parse_args(argv)
+    if args.batch_cost:
+        graph, cluster = dp.load_graph(args.batch_cost), load_cluster(PRESET)
+        costs = {"graph": Path(args.batch_cost).name, "ops": graph.n_ops, "cluster": cluster.name,
+                 "with_memory": batch_cost(graph, cluster), "ample": batch_cost(graph, cluster.with_memory_fraction(4.0))}
+        write_text_atomic(RESULTS / "learned_placers_batch_cost.json", json.dumps(costs, indent=1) + "\n")
+        print(json.dumps(costs, indent=1))
+        return 0
     names = list(QUICK) if args.quick else [n.strip() for n in args.models.split(",") if n.strip()]
     samples = 200 if args.quick else args.samples
     unknown = [n for n in names if n not in MODELS]
