@@ -162,13 +162,13 @@ def plot(name: str, entry: dict) -> None:
 
 
 def table(results: dict) -> str:
-    """The BENCHMARKS.md table: best step time (ms) of each at the samples given."""
+    """The BENCHMARKS.md table: best step time (ms) of each at the samples given ("-": no placement)."""
     head = ["model", "ops", "samples", *LEARNERS, "random", *BASELINES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def ms(run):
         value = run.get("best_step_us", run.get("step_us"))
-        return f"{value / 1e3:.2f}" if value is not None and math.isfinite(value) else run.get("error", "-")[:30]
+        return f"{value / 1e3:.2f}" if value is not None and math.isfinite(value) else "-"
 
     for name, entry in results.items():
         cells = [MODELS[name][0], str(entry["ops"]), str(entry["samples"])]
