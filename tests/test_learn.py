@@ -265,3 +265,14 @@ def test_cli_places_with_a_learner_and_shows_progress(tmp_path):
     summary = json.loads(done.stdout)
     assert summary["algorithm"] == "colocrl" and summary["step_time_us"] > 0 and out.exists()
     assert "[colocrl] 4/8" in done.stderr
+
+
+def test_hp_shares_the_k_placements_among_several_groupings(tmp_path):
+    import csv
+
+    logs = {}
+    for m in (1, 2):
+        log = tmp_path / f"m{m}.csv"
+        dp.place(two_chains(), SLOW_LINK, algo="hp", seed=0, samples=8, groupings_per_update=m, log=str(log), **HP_FAST)
+        logs[m] = [float(r["entropy"]) for r in csv.DictReader(log.open())]
+    assert len(logs[1]) == len(logs[2]) == 2 and logs[1][0] != logs[2][0]   # other groupings, other entropy

@@ -8,8 +8,8 @@
    group adjacency matrix, ``nets.group_features``);
 3. the Placer, a sequence-to-sequence LSTM (bidirectional encoder) with attention, samples a device
    per group;
-4. both are trained jointly by REINFORCE: one grouping per update and K placements of it, the log
-   probability of each placement being the Grouper's plus the Placer's.
+4. both are trained jointly by REINFORCE: one grouping per update (``groupings_per_update``) and K
+   placements of it, the log probability of each placement being the Grouper's plus the Placer's.
 
 >>> HPOptions().hidden_size, HPOptions().lr_decay_start, HPOptions().noise_updates
 (512, 400, 750)
@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from devplace.learn.features import MAX_KINDS, N_FEATURES, cross_unit_edges, unit_features, unit_kind_counts
 from devplace.learn.options import LearnerOptions
@@ -47,6 +49,8 @@ class HPOptions(LearnerOptions):
     lr_decay_start: int = option(400, "update at which the decay begins")
     logit_noise_std: float = option(0.5, "Gaussian noise added to the Grouper's and Placer's logits while exploring")
     noise_updates: int = option(750, "updates during which the logit noise is added")
+    groupings_per_update: int = option(1, "groupings sampled per update, the K placements shared among them "
+                                          "(the paper: one grouping, four placements)")
 
 
 @register(NAME, "Hierarchical Planner (ICLR 2018): Grouper + seq2seq Placer trained jointly, REINFORCE on "
@@ -72,11 +76,14 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     policy = torch.nn.ModuleDict({"grouper": grouper, "placer": placer})
 
     def sample(k, generator, noise_std):
-        grouping = grouper(op_features, generator, noise_std)
-        groups = grouping.actions[0]
-        embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
-        placed = placer(embedded, k, generator, noise_std)
-        return Sample(actions=placed.actions[:, groups], log_prob=placed.log_prob + grouping.log_prob,
-                      entropy=(placed.entropy + grouping.entropy) / 2)
+        parts = []
+        for share in np.array_split(np.arange(k), min(options.groupings_per_update, k)):
+            grouping = grouper(op_features, generator, noise_std)
+            groups = grouping.actions[0]
+            embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
+            placed = placer(embedded, len(share), generator, noise_std)
+            parts.append(Sample(actions=placed.actions[:, groups], log_prob=placed.log_prob + grouping.log_prob,
+                                entropy=(placed.entropy + grouping.entropy) / 2))
+        return Sample(*(torch.cat([getattr(p, name) for p in parts]) for name in ("actions", "log_prob", "entropy")))
 
     return reinforce(NAME, graph, cluster, ops.unit_of, policy, sample, options, seed)
