@@ -65,6 +65,12 @@ def graph_and_cluster(name: str):
     return graph, cluster.with_memory_fraction(fraction)
 
 
+def thinned(curve: list) -> list:
+    """The points of a best-so-far curve where the best changes, and its last one (enough for a step plot)."""
+    return [point for k, point in enumerate(curve)
+            if k == 0 or k == len(curve) - 1 or point[2] != curve[k - 1][2]]
+
+
 def random_search(graph, cluster, samples: int, time_budget_s: float | None) -> dict:
     """Best step time so far of ``samples`` random placements that fit (the random placer, seeds 0..)."""
     sim = dp.Simulator(graph, cluster)
@@ -77,7 +83,7 @@ def random_search(graph, cluster, samples: int, time_budget_s: float | None) -> 
         if not result.oom_devices:
             best = min(best, result.step_time_us)
         curve.append((seed + 1, round(time.perf_counter() - began, 3), best))
-    return {"best_step_us": best, "curve": curve}
+    return {"best_step_us": best, "curve": thinned(curve)}
 
 
 def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None) -> dict:
@@ -91,7 +97,7 @@ def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None
             return {"error": str(exc), "seconds": round(time.perf_counter() - began, 1)}
         rows = list(csv.DictReader(log.open()))
     curve = [(int(r["samples"]), float(r["wall_s"]), float(r["best_step_us"])) for r in rows]
-    return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": curve,
+    return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
             "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1)}
 
 
