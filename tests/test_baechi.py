@@ -112,7 +112,7 @@ def test_rounding_never_gives_two_favorites(seed, low):
 
 
 def plain_lp_makespan(g, p, cost):
-    """The favorite-child LP exactly as written in REFERENCE.md, no presolve: the oracle."""
+    """The favorite-child LP exactly as Baechi (Jeon et al., SoCC 2020) states m-SCT's, no presolve: the oracle."""
     from scipy.optimize import linprog
 
     n, m = g.n_ops, g.n_edges

@@ -28,7 +28,7 @@ def test_cli_compare_on_a_zoo_model_writes_every_file_and_json_rows(tmp_path):
     algos = "single,round-robin,m-etf,m-sct+opt,m-topo+opt+fwd"
     proc = subprocess.run(
         [sys.executable, "-m", "devplace.cli", "compare", "zoo:mlp:preset=small", "--cluster", "baechi-4x2080",
-         "--algos", algos, "--out", str(out), "--json"],
+         "--algos", algos, "--output", str(out), "--json"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

@@ -434,3 +434,24 @@ def test_executed_costs_time_the_interpreter_and_drop_the_op_gap(prepared):
     assert executed.simulation_cluster(c).op_gap_us == 0.0 and p.simulation_cluster(c).op_gap_us == 7.0
     single = simulate(executed.graph, executed.simulation_cluster(c), [0] * p.graph.n_ops).step_time_us
     assert single == pytest.approx(executed.graph.compute_us[:, 0].sum())
+
+
+def test_local_run_simulates_the_execution_it_measures(prepared):
+    """On CPUs the local backend runs every op in turn on one thread and copies nothing, so its
+    simulated step is every op on one device, whatever the links cost; on GPUs the devices overlap
+    and no message pays a per-message overhead (local.as_executed)."""
+    from devplace.execute.local import as_executed
+
+    p = prepared["mlp"]
+    pl = placements(p)["round-robin"]
+    slow = uniform_cluster(2, kind=p.graph.device_kinds[0], latency_us=500.0, bandwidth_bytes_per_us=10.0,
+                           send_overhead_us=400.0, recv_overhead_us=400.0)
+    result = run(None, pl, cluster=slow, prepared=p, steps=1, warmup=0)
+    one_thread = simulate(p.graph, p.simulation_cluster(slow), [0] * p.graph.n_ops).step_time_us
+    assert result.simulated_step_time_us == pytest.approx(one_thread)
+    assert simulate(p.graph, p.simulation_cluster(slow), pl).step_time_us > 2 * one_thread  # what it printed before
+    assert "one CPU thread" in result.to_dict()["simulated_as"]
+    cluster, placement, said = as_executed(slow, pl, [torch.device("cuda", 0), torch.device("cuda", 1)])
+    assert placement is pl and "without per-message overheads" in said
+    assert not cluster.send_overhead_us.any() and not cluster.recv_overhead_us.any()
+    assert (cluster.latency_us == slow.latency_us).all()
