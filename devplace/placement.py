@@ -41,7 +41,10 @@ class Placement:
     def __post_init__(self) -> None:
         self.devices = np.ascontiguousarray(self.devices, dtype=np.int64).reshape(-1)
         if self.priority is not None:
-            self.priority = np.ascontiguousarray(self.priority, dtype=np.float64).reshape(-1)
+            try:
+                self.priority = np.ascontiguousarray(self.priority, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise PlacementError("a placement's priorities must be numbers, one per op") from None
             if len(self.priority) != len(self.devices):
                 raise PlacementError(
                     f"placement has {len(self.priority)} priorities for {len(self.devices)} ops"
