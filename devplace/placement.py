@@ -101,7 +101,17 @@ class Placement:
         return data
 
     def save(self, path: "str | Path", graph=None) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(graph), default=json_default))
+        """Write the placement as strict JSON: a NaN or infinity (which ``json`` would write as a bare
+        ``NaN`` no other reader accepts) is refused, naming the option that holds it."""
+        data = self.to_dict(graph)
+        try:
+            text = json.dumps(data, default=json_default, allow_nan=False)
+        except ValueError:
+            bad = next((key for key, value in self.options.items() if not _finite_json(value)), None)
+            where = f"option {bad!r}" if bad is not None else "placement_time_s"
+            raise PlacementError(f"placement by {self.algorithm!r}: {where} is not a finite number, and JSON "
+                                 f"cannot hold it: record a missing figure as None") from None
+        write_text_atomic(path, text)
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "placement") -> "Placement":
@@ -158,6 +168,15 @@ def as_placement(placement, graph) -> Placement:
     if devices.ndim != 1 or not (np.issubdtype(devices.dtype, np.integer) or devices.size == 0):
         raise PlacementError("a placement must be a Placement or a flat sequence of integer device indices")
     return Placement(devices=devices)
+
+
+def _finite_json(value) -> bool:
+    """False if ``value`` holds a NaN or infinity anywhere (in lists and dicts too)."""
+    if isinstance(value, dict):
+        return all(_finite_json(v) for v in value.values())
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return all(_finite_json(v) for v in value)
+    return not isinstance(value, (float, np.floating)) or bool(np.isfinite(value))
 
 
 def _is_number(value) -> bool:
