@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -26,6 +27,10 @@ def graph_fingerprint(op_names: Sequence[str]) -> str:
     """A short hash of the op names in order: ties a placement file to its graph."""
     digest = hashlib.sha256("\n".join(op_names).encode()).hexdigest()
     return digest[:16]
+
+
+class ColocationWarning(UserWarning):
+    """A placement splits a colocation group: simulated anyway, but not runnable as it is."""
 
 
 @dataclass(eq=False)
@@ -76,12 +81,26 @@ class Placement:
             raise PlacementError("the placement's priorities must be finite numbers")
 
     def colocation_violations(self, graph) -> list[str]:
-        """Names of colocation groups whose ops are split across devices."""
-        split = []
-        for g, members in enumerate(graph.colocation_members):
-            if len(members) > 1 and len(np.unique(self.devices[members])) > 1:
-                split.append(graph.colocation_names[g])
-        return split
+        """Names of colocation groups whose ops are split across devices (one entry per op expected)."""
+        grouped = graph.colocation >= 0
+        groups, devices = graph.colocation[grouped], self.devices[grouped]
+        lowest = np.full(len(graph.colocation_names), np.iinfo(np.int64).max)
+        highest = np.full(len(graph.colocation_names), np.iinfo(np.int64).min)
+        np.minimum.at(lowest, groups, devices)
+        np.maximum.at(highest, groups, devices)
+        return [graph.colocation_names[g] for g in np.flatnonzero(highest > lowest)]
+
+    def warn_if_colocation_split(self, graph) -> None:
+        """Warn (``ColocationWarning``) if the placement splits a colocation group: it can still be
+        simulated, but no placer would make it and the executor refuses it."""
+        split = self.colocation_violations(graph)
+        if split:
+            more = f" (and {len(split) - 1} more)" if len(split) > 1 else ""
+            warnings.warn(
+                f"the placement splits colocation group {split[0]!r}{more} across devices: the simulated step "
+                f"is one the executor refuses to run; put each group's ops on one device (every placer does)",
+                ColocationWarning, stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ files
     def to_dict(self, graph=None) -> dict:

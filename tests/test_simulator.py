@@ -317,6 +317,24 @@ def test_the_cache_keeps_at_most_its_bound_and_the_most_recent_pairs():
     assert simulate(graphs[0], c, [0, 1, 0]).step_time_us == 3.0  # an evicted pair is prepared again
 
 
+def test_simulating_a_split_colocation_group_warns_and_a_whole_one_does_not():
+    import warnings
+
+    from devplace.placement import ColocationWarning
+
+    b = GraphBuilder(["gpu"])
+    for name, group in [("a", "g"), ("b", "g"), ("c", "h"), ("d", "h"), ("e", None)]:
+        b.add_op(name, compute_us=1.0, colocation=group)
+    g, c = b.build(), uniform_cluster(2)
+    with pytest.warns(ColocationWarning, match=r"splits colocation group 'h' across devices") as caught:
+        assert simulate(g, c, [0, 0, 0, 1, 1]).step_time_us == 3.0
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert Placement(devices=[1, 0, 0, 1, 0]).colocation_violations(g) == ["g", "h"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate(g, c, [1, 1, 0, 0, 1])
+
+
 def test_missing_device_kind_raised_when_simulating_on_that_kind():
     g = chain_graph([1.0, 2.0])  # gpu times only
     het = load_cluster("cpu+4gpu")

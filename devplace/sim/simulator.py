@@ -129,5 +129,9 @@ def _prepared(graph: OpGraph, cluster: Cluster) -> tuple:
 
 
 def simulate(graph: OpGraph, cluster: Cluster, placement: "Placement | np.ndarray | list[int]") -> SimResult:
-    """Simulate one training step of ``graph`` on ``cluster`` under ``placement``."""
-    return Simulator(graph, cluster).run(placement)
+    """Simulate one training step of ``graph`` on ``cluster`` under ``placement``; a placement that
+    splits a colocation group is simulated with a ``ColocationWarning``."""
+    placement = as_placement(placement, graph)
+    result = Simulator(graph, cluster).run(placement)
+    placement.warn_if_colocation_split(graph)
+    return result
