@@ -126,8 +126,9 @@ class Placement:
         try:
             text = json.dumps(data, default=json_default, allow_nan=False)
         except ValueError:
-            bad = next((key for key, value in self.options.items() if not _finite_json(value)), None)
-            where = f"option {bad!r}" if bad is not None else "placement_time_s"
+            fields = [(f"option {key!r}", value) for key, value in self.options.items()]
+            fields += [("priority", self.priority), ("placement_time_s", self.placement_time_s)]
+            where = next(name for name, value in fields if not _finite_json(value))
             raise PlacementError(f"placement by {self.algorithm!r}: {where} is not a finite number, and JSON "
                                  f"cannot hold it: record a missing figure as None") from None
         write_text_atomic(path, text)
@@ -195,7 +196,7 @@ def _finite_json(value) -> bool:
         return all(_finite_json(v) for v in value.values())
     if isinstance(value, (list, tuple, np.ndarray)):
         return all(_finite_json(v) for v in value)
-    return not isinstance(value, (float, np.floating)) or bool(np.isfinite(value))
+    return not isinstance(value, (float, np.floating)) or bool(np.isfinite(value))  # None, ints, strings: fine
 
 
 def _is_number(value) -> bool:

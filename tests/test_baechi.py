@@ -205,6 +205,8 @@ def test_a_placement_holding_nan_is_refused_at_save_naming_the_option(tmp_path):
     placement = dp.Placement(devices=[0, 1], algorithm="mine", options={"fine": 1.0, "score": [1.0, float("nan")]})
     with pytest.raises(PlacementError, match=r"'mine': option 'score' is not a finite number"):
         placement.save(tmp_path / "p.json")
+    with pytest.raises(PlacementError, match=r"'manual': priority is not a finite number"):
+        dp.Placement(devices=[0, 1], priority=[0.0, float("inf")]).save(tmp_path / "p.json")
     assert not (tmp_path / "p.json").exists()
 
 
