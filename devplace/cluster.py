@@ -36,7 +36,7 @@ from typing import Mapping
 import numpy as np
 
 from devplace.errors import ClusterError
-from devplace.frozen import FrozenDict, freeze, read_only_array
+from devplace.frozen import FrozenDict, freeze, read_only_array, set_read_only_state
 
 COMM_MODELS = ("parallel", "sequential", "duplex", "pipelined")
 COMM_MODEL_CODES = {name: i for i, name in enumerate(COMM_MODELS)}
@@ -114,6 +114,8 @@ class Cluster:
                 )
         if not (math.isfinite(self.op_gap_us) and self.op_gap_us >= 0):
             raise ClusterError(f"cluster {self.name!r} has op_gap_us = {self.op_gap_us!r}: it must be >= 0")
+
+    __setstate__ = set_read_only_state  # a pickled or copied one stays read-only
 
     @property
     def n_devices(self) -> int:

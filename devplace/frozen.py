@@ -74,3 +74,18 @@ def read_only_array(value, dtype) -> np.ndarray:
     array = np.array(value, dtype=dtype, order="C")
     array.flags.writeable = False
     return array
+
+
+def set_read_only_state(self, state: dict) -> None:
+    """``__setstate__`` for a frozen value holding arrays: pickle and deepcopy make writeable copies
+    of them, so make them read-only again (the record's dicts and lists come back frozen as they went)."""
+    def lock(value) -> None:
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        elif isinstance(value, tuple):
+            for item in value:
+                lock(item)
+
+    for value in state.values():
+        lock(value)
+    self.__dict__.update(state)

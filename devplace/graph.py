@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from devplace.errors import GraphError
-from devplace.frozen import FrozenDict, freeze, read_only_array
+from devplace.frozen import FrozenDict, freeze, read_only_array, set_read_only_state
 
 
 class Role(IntEnum):
@@ -108,6 +108,8 @@ class OpGraph:
         self._build_adjacency()
         object.__setattr__(self, "topo_order", _topological_order(self))
 
+    __setstate__ = set_read_only_state  # a pickled or copied one stays read-only
+
     def with_meta(self, **changes) -> "OpGraph":
         """The same graph with ``changes`` merged into its meta record (the arrays are shared: none can change)."""
         graph = copy.copy(self)
@@ -146,9 +148,9 @@ class OpGraph:
         return self.pred_edge[self.pred_ptr[op] : self.pred_ptr[op + 1]]
 
     @cached_property
-    def index_of(self) -> dict[str, int]:
+    def index_of(self) -> Mapping[str, int]:
         """Op name -> op index."""
-        return {name: i for i, name in enumerate(self.names)}
+        return FrozenDict((name, i) for i, name in enumerate(self.names))
 
     def index(self, name: str) -> int:
         try:
@@ -165,15 +167,12 @@ class OpGraph:
         return rank
 
     @cached_property
-    def colocation_members(self) -> list[np.ndarray]:
+    def colocation_members(self) -> tuple[np.ndarray, ...]:
         """For each colocation group, the indices of its ops (ascending)."""
         order = np.argsort(self.colocation, kind="stable")
-        sorted_groups = self.colocation[order]
-        members = []
-        for g in range(len(self.colocation_names)):
-            lo, hi = np.searchsorted(sorted_groups, [g, g + 1])
-            members.append(order[lo:hi])
-        return members
+        order.flags.writeable = False
+        bounds = np.searchsorted(self.colocation[order], np.arange(len(self.colocation_names) + 1)).tolist()
+        return tuple(order[lo:hi] for lo, hi in zip(bounds, bounds[1:]))
 
     # ----------------------------------------------------------------- figures
     def kind_index(self, device_kind: str) -> int:

@@ -1,6 +1,7 @@
 """Cluster presets and the TOML layout: every preset loads, links are sane, bad fields are named."""
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -82,6 +83,7 @@ def test_cluster_cannot_change_after_it_is_made():
         c.send_overhead_us[0, 1] = 1.0
     with pytest.raises(TypeError, match="read-only"):
         c.meta["calibration"]["links"][0]["latency_us"] = 0.0
+    assert not pickle.loads(pickle.dumps(c)).latency_us.flags.writeable  # pickling makes writeable arrays
     renamed = dataclasses.replace(c, name="renamed")  # a variant is a new cluster, validated again
     assert renamed.name == "renamed" and c.name == "c" and renamed.meta == c.meta
     with pytest.raises(ClusterError, match="comm_model 'nope'"):

@@ -1,5 +1,6 @@
 """OpGraph: structure (CSR, topological order), the builder, and validation messages."""
 
+import copy
 import dataclasses
 import math
 import pickle
@@ -71,6 +72,14 @@ def test_graph_is_immutable():
         g.names.append("e")
     with pytest.raises(TypeError):
         g.names[0] = "x"
+    with pytest.raises(ValueError):
+        g.colocation_members[0][0] = 0
+    with pytest.raises(TypeError, match="read-only"):
+        g.index_of["a"] = 0
+    for copied in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g)):  # pickling makes writeable arrays
+        assert not copied.compute_us.flags.writeable and not copied.succ_ptr.flags.writeable
+        assert not copied.colocation_members[0].flags.writeable
+        assert copied.names == g.names and copied.topo_order.tolist() == g.topo_order.tolist()
 
 
 def test_meta_is_read_only_all_the_way_down_and_with_meta_derives_a_new_graph():
