@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -253,7 +254,11 @@ def simulate(
 
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
     placement = Placement.load(placement_path)
-    result = run_simulation(graph, target, placement)
+    with warnings.catch_warnings(record=True) as caught:  # e.g. a split colocation group: simulated, said once
+        warnings.simplefilter("always")
+        result = run_simulation(graph, target, placement)
+    for warning in caught:
+        err_console.print(f"[bold yellow]warning:[/] {warning.message}", highlight=False, soft_wrap=True)
     if trace is not None:
         write_chrome_trace(result, trace)
     if as_json:

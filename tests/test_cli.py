@@ -75,6 +75,19 @@ def test_simulate_refuses_a_placement_for_another_graph(tmp_path):
     assert proc.returncode == 2 and "3 entries but the graph has 192 ops" in proc.stderr
 
 
+def test_simulate_warns_on_stderr_when_a_placement_splits_a_colocation_group(tmp_path):
+    graph = dp.load_graph(GNMT)
+    split = tmp_path / "split.json"
+    dp.Placement(devices=[i % 2 for i in range(graph.n_ops)]).save(split, graph)
+    proc = run_cli("simulate", GNMT, "-p", str(split), "--json")
+    assert json.loads(proc.stdout)["step_time_us"] > 0  # still simulated, stdout still one JSON object
+    warning = [line for line in proc.stderr.splitlines() if "warning:" in line]
+    assert len(warning) == 1 and "splits colocation group" in warning[0] and "more" in warning[0]
+    whole = tmp_path / "whole.json"
+    dp.Placement(devices=[0] * graph.n_ops).save(whole, graph)
+    assert "warning" not in run_cli("simulate", GNMT, "-p", str(whole), "--json").stderr
+
+
 def test_compare_writes_report_and_json_rows(tmp_path):
     out = tmp_path / "report"
     rows = json.loads(run_cli("compare", GNMT, "--algos", "single", "--output", str(out), "--json").stdout)

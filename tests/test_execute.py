@@ -1,6 +1,7 @@
 """Running placed training steps for real: numbers equal an eager step, faults end cleanly."""
 
 import dataclasses
+import inspect
 import os
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import fault_injection  # noqa: E402  (tests/fault_injection.py: the faults live with the tests)
 from devplace.cluster import load_cluster, uniform_cluster  # noqa: E402
 from devplace.errors import DevplaceError, PlacementError  # noqa: E402
 from devplace.execute import ExecutionError, eager_reference, max_difference, prepare, run  # noqa: E402
@@ -149,26 +151,28 @@ def test_plan_cannot_deadlock(prepared):
     assert tags == list(range(plan.n_transfers)) and plan.n_transfers > 10
 
 
-def test_rank_that_raises_is_named_and_no_process_survives(prepared):
+def test_rank_that_raises_is_named_and_no_process_survives(prepared, monkeypatch):
     p = prepared["mlp"]
     pl = placements(p)["round-robin"]
     plan = make_plan(p.program, p.graph, pl, 2)
     op = next(p.program.instrs[i].name for i in plan.rank_order[1] if p.program.instrs[i].op == "call_function")
+    for entry in (run, run_distributed, run_distributed_many):  # production code takes no fault
+        assert "fault" not in inspect.signature(entry).parameters
+    fault_injection.install(monkeypatch, rank=1, op=op, action="raise")
     with pytest.raises(ExecutionError, match=rf"rank 1 failed at op '{op}'.*fault injected"):
-        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=30,
-                        fault={"rank": 1, "op": op, "action": "raise"})
+        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=30)
     assert children_alive() == []
 
 
-def test_rank_that_hangs_times_out_and_no_process_survives(prepared):
+def test_rank_that_hangs_times_out_and_no_process_survives(prepared, monkeypatch):
     p = prepared["mlp"]
     pl = placements(p)["round-robin"]
     plan = make_plan(p.program, p.graph, pl, 2)
     op = next(p.program.instrs[i].name for i in plan.rank_order[0] if p.program.instrs[i].op == "call_function")
+    fault_injection.install(monkeypatch, rank=0, op=op, action="hang", seconds=600)
     started = time.monotonic()
     with pytest.raises(ExecutionError, match=rf"rank 0 hung at op '{op}'"):
-        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=2,
-                        fault={"rank": 0, "op": op, "action": "hang", "seconds": 600})
+        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=2)
     assert time.monotonic() - started < 60
     assert children_alive() == []
 

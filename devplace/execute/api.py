@@ -112,7 +112,7 @@ class RunResult:
 
 def run(target, placement, *, cluster=None, backend: str = "local", steps: int = 5, warmup: int = 1,
         devices: list[str] | None = None, timeout_s: float = 60.0, prepared: Prepared | None = None,
-        fault: dict | None = None, timeline: bool = False) -> RunResult | None:
+        timeline: bool = False) -> RunResult | None:
     """Run the training step of ``target`` with every op on its placed device.
 
     ``placement``: a Placement, a placement file path, or one device index per graph op.
@@ -173,7 +173,7 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
                 return None
         else:
             done = run_distributed(program, plan, state, n_devices, steps=steps, warmup=warmup,
-                                   timeout_s=timeout_s, devices=devices, fault=fault, timeline=timeline)
+                                   timeout_s=timeout_s, devices=devices, timeline=timeline)
     simulation = simulate(graph, *simulated[:2])
     outputs, times = done[:2]
     if "loss" not in outputs:

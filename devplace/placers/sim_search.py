@@ -51,7 +51,7 @@ from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
     Units, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, upward_rank_us, with_colocation,
 )
-from devplace.sim import simulator_for
+from devplace.sim import Simulator
 
 NAME = "sim-search"
 GIB = 2**30
@@ -101,7 +101,7 @@ class _Search:
         from devplace.transforms import colocation_units, coplacement_groups
 
         self.graph, self.cluster, self.config = graph, cluster, config
-        self.sim = simulator_for(graph, cluster)
+        self.sim = Simulator(graph, cluster)
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.n_dev = cluster.n_devices
