@@ -256,15 +256,22 @@ def simulate(
 
 @app.command()
 @friendly_errors
-def algos():
-    """List the placing algorithms."""
-    from devplace.placers import available
+def algos(as_json: bool = typer.Option(False, "--json", help="print each placer with its options as JSON")):
+    """List the placing algorithms and the options each takes (`place --option KEY=VALUE`)."""
+    from devplace.portfolio import available
 
-    table = Table(title="placers")
-    table.add_column("name")
+    placers = [info.describe() for info in available().values()]
+    if as_json:
+        print_json(placers)
+        return
+    table = Table(title="placers (options: place --option KEY=VALUE)", show_lines=True)
+    table.add_column("name", no_wrap=True)
     table.add_column("what it does")
-    for name, info in available().items():
-        table.add_row(name, info.summary)
+    table.add_column("options (type = default: help)")
+    for placer in placers:
+        options = "\n".join(f"[bold]{o['name']}[/] ({o['type']} = {o['default']!r}): {o['help']}"
+                            for o in placer["options"])
+        table.add_row(placer["name"], placer["summary"], options or "-")
     console.print(table)
 
 
@@ -281,11 +288,13 @@ def place(
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
 ):
     """Place GRAPH on a cluster and write the placement."""
-    from devplace.placers import place as run_placer
+    from devplace.portfolio import place as run_placer
+    from devplace.progress import RichReporter, reporting
     from devplace.sim import simulate as run_simulation
 
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
-    placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
+    with reporting(RichReporter(err_console)) as bar, bar:
+        placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
     placement.save(output, graph)
     result = run_simulation(graph, target, placement)
     summary = {
@@ -361,14 +370,14 @@ def compare(
     status = err_console if as_json else console
     graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
     finished: list[str] = []
-    with status.status(f"placing with {names[0]} (1/{len(names)})") as spinner:
+    from devplace.progress import RichReporter, reporting
+
+    with reporting(RichReporter(status)) as bar, bar:
         def progress(row):
             finished.append(row.algorithm)
             took = f"placed in {row.placement_time_s:.2f} s" if row.placement_time_s is not None else "no placement"
             step = fmt_us(row.step_time_us) if row.step_time_us else "-"
             status.print(f"  [{len(finished)}/{len(names)}] {row.algorithm}: {step} ({took})", highlight=False)
-            if len(finished) < len(names):
-                spinner.update(f"placing with {names[len(finished)]} ({len(finished) + 1}/{len(names)})")
 
         comparison = run_compare(graph, machine, names, seed=seed, on_row=progress)
     if out is not None:

@@ -54,7 +54,7 @@ def test_every_baseline_keeps_colocation_groups(seed, n_devices, algo):
 def test_baselines_with_graph_optimizations(algo):
     g = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
     cluster = dp.io.dnn_partitioning.cluster_for(g)
-    p = dp.place(g, cluster, algo, coplacement=True, fusion=True, forward_only=True)
+    p = dp.place(g, cluster, algo + "+opt+fwd")
     assert p.options["coarse_ops"] < g.n_ops and p.colocation_violations(g) == []
 
 
