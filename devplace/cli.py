@@ -412,9 +412,12 @@ def profile(
     from devplace.cluster import load_cluster
     from devplace.io import save_graph
 
-    graph = profile_target(
-        target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
-    )
+    from devplace.progress import RichReporter, reporting
+
+    with reporting(RichReporter(err_console)) as bar, bar:
+        graph = profile_target(
+            target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
+        )
     save_graph(graph, output)
     summary = graph.summary()
     console.print(f"captured {summary['ops']} ops, {summary['edges']} edges ({summary['roles']}); written to {output}")
