@@ -1,6 +1,6 @@
 """Run several placers on one graph and cluster and line their results up.
 
-A placer that fails (out of memory, no rule for this graph) gets its row with the reason; the
+A placer that fails (out of memory, say) gets its row with the reason; the
 others still run.
 
 Rows are named by placer specs, ``ALGO[+opt][+fwd]`` (``devplace.portfolio.variants``), the one

@@ -178,7 +178,8 @@ def scope_split(graph, cluster) -> np.ndarray:
     anchor_of = _propagate(graph, label)
     compute = np.bincount(anchor_of, weights=op_times_us(graph, cluster).mean(axis=1), minlength=len(anchors))
     held = np.bincount(anchor_of, weights=graph.persistent_bytes + graph.output_bytes, minlength=len(anchors))
-    scopes = [module_scopes(graph)[v] for v in anchors]
+    module = module_scopes(graph)
+    scopes = [module[v] for v in anchors]
     starts = [k for k in range(len(anchors)) if k == 0 or scopes[k] != scopes[k - 1]]
     total = compute.sum()
     stage_of = np.zeros(len(anchors), dtype=np.int64)
