@@ -82,3 +82,27 @@ def test_rich_reporter_shows_the_best_step_time_and_clears_its_bars():
     assert seen[-1][0] == "sim-search" and seen[-1][1:3] == (40, 40)
     assert seen[-1][3] == f"best {p.options['step_us'] / 1e3:.3f} ms"
     assert "sim-search" in console.file.getvalue()
+
+
+def test_expert_gives_a_row_on_a_captured_model_no_rule_names():
+    import torch
+    from torch import nn
+
+    from devplace.placers.expert import matching_rule
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(6)], nn.Linear(32, 4))
+    loss = lambda out, y: nn.functional.cross_entropy(out, y)  # noqa: E731
+    c = dp.load_cluster("baechi-4x2080")
+    g = dp.capture(model, (torch.randn(8, 32),), loss, targets=(torch.zeros(8, dtype=torch.long),),
+                   cost="roofline", cluster=c)
+    assert matching_rule(g, 4) is None
+    p = dp.place(g, c, "expert")                     # checked: fits, keeps colocation groups
+    scope = g.meta["op_scope"]
+    blocks = {}
+    for i, s in enumerate(scope):
+        if s and g.role[i] == dp.Role.FORWARD:
+            blocks.setdefault(s.split(".")[0], set()).add(int(p.devices[i]))
+    assert all(len(devices) == 1 for devices in blocks.values())          # a block stays whole
+    order = [min(blocks[str(k)]) for k in range(7)]
+    assert order == sorted(order) and set(order) == {0, 1, 2, 3}            # contiguous, every device used

@@ -12,7 +12,9 @@ placement, the **scope split**, so ``expert`` gives a row on any graph:
    joins the anchor it will follow (below), so an anchor stands for its forward op, the backward
    ops that mirror it, the parameters it reads first and the updates of those;
 2. consecutive anchors in the same module (op scope; without scopes, the op name minus its last
-   dotted part) form a *block*, which is never cut;
+   dotted part) form a *block*, which is never cut, at the coarsest module level (``encoder``,
+   then ``encoder.layers``, ``encoder.layers.0``, ...) where no block holds more than one
+   device's share of the compute (else at the innermost modules);
 3. the blocks are cut into at most one contiguous stage per device, in device order: a stage
    closes at the block boundary nearest to its share of the total compute time (the mean over the
    cluster's devices of each op's time), or earlier when its next block would take it past the
@@ -179,9 +181,8 @@ def scope_split(graph, cluster) -> np.ndarray:
     compute = np.bincount(anchor_of, weights=op_times_us(graph, cluster).mean(axis=1), minlength=len(anchors))
     held = np.bincount(anchor_of, weights=graph.persistent_bytes + graph.output_bytes, minlength=len(anchors))
     module = module_scopes(graph)
-    scopes = [module[v] for v in anchors]
-    starts = [k for k in range(len(anchors)) if k == 0 or scopes[k] != scopes[k - 1]]
     total = compute.sum()
+    starts = _block_starts([module[v] for v in anchors], compute, total / n_dev)
     stage_of = np.zeros(len(anchors), dtype=np.int64)
     stage, done, stage_bytes = 0, 0.0, 0.0
     for first, end in zip(starts, starts[1:] + [len(anchors)]):
@@ -195,6 +196,19 @@ def scope_split(graph, cluster) -> np.ndarray:
         stage_of[first:end] = stage
         done, stage_bytes = done + work, stage_bytes + size
     return stage_of[anchor_of]
+
+
+def _block_starts(scopes: list[str], compute: np.ndarray, share: float) -> list[int]:
+    """Where each block begins: runs of consecutive anchors in the same module, at the coarsest
+    module level (first k parts of the path) where no block holds more than ``share`` of compute."""
+    parts = [scope.split(".") if scope else [] for scope in scopes]
+    deepest = max((len(p) for p in parts), default=0)
+    for depth in range(1, deepest + 1):
+        keys = [".".join(p[:depth]) for p in parts]
+        starts = [k for k in range(len(keys)) if k == 0 or keys[k] != keys[k - 1]]
+        if depth == deepest or np.add.reduceat(compute, starts).max() <= share:
+            return starts
+    return [0]
 
 
 def _propagate(graph, devices: np.ndarray) -> np.ndarray:
