@@ -258,6 +258,8 @@ def simulate(
 @friendly_errors
 def algos(as_json: bool = typer.Option(False, "--json", help="print each placer with its options as JSON")):
     """List the placing algorithms and the options each takes (`place --option KEY=VALUE`)."""
+    from rich.markup import escape
+
     from devplace.portfolio import available
 
     placers = [info.describe() for info in available().values()]
@@ -269,7 +271,7 @@ def algos(as_json: bool = typer.Option(False, "--json", help="print each placer 
     table.add_column("what it does")
     table.add_column("options (type = default: help)")
     for placer in placers:
-        options = "\n".join(f"[bold]{o['name']}[/] ({o['type']} = {o['default']!r}): {o['help']}"
+        options = "\n".join(f"[bold]{o['name']}[/] " + escape(f"({o['type']} = {o['default']!r}): {o['help']}")
                             for o in placer["options"])
         table.add_row(placer["name"], placer["summary"], options or "-")
     console.print(table)
@@ -289,11 +291,11 @@ def place(
 ):
     """Place GRAPH on a cluster and write the placement."""
     from devplace.portfolio import place as run_placer
-    from devplace.progress import RichReporter, reporting
+    from devplace.progress import showing_progress
     from devplace.sim import simulate as run_simulation
 
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
-    with reporting(RichReporter(err_console)) as bar, bar:
+    with showing_progress(err_console):
         placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
     placement.save(output, graph)
     result = run_simulation(graph, target, placement)
@@ -363,6 +365,7 @@ def compare(
     """Run the placers on one model and compare their simulated step times."""
     from devplace.compare import compare as run_compare
     from devplace.compare import default_algos, parse_algo
+    from devplace.progress import showing_progress
 
     names = [a.strip() for a in algos.split(",") if a.strip()] if algos else default_algos()
     for name in names:
@@ -370,9 +373,7 @@ def compare(
     status = err_console if as_json else console
     graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
     finished: list[str] = []
-    from devplace.progress import RichReporter, reporting
-
-    with reporting(RichReporter(status)) as bar, bar:
+    with showing_progress(status):
         def progress(row):
             finished.append(row.algorithm)
             took = f"placed in {row.placement_time_s:.2f} s" if row.placement_time_s is not None else "no placement"
@@ -411,10 +412,9 @@ def profile(
     from devplace.torchcapture import profile_target
     from devplace.cluster import load_cluster
     from devplace.io import save_graph
+    from devplace.progress import showing_progress
 
-    from devplace.progress import RichReporter, reporting
-
-    with reporting(RichReporter(err_console)) as bar, bar:
+    with showing_progress(err_console):
         graph = profile_target(
             target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
         )

@@ -74,10 +74,7 @@ class LineReporter(Reporter):
 class RichReporter(Reporter):
     """A rich progress bar per open task, with the best step time so far; a task's bar goes when it ends.
 
-    Use it as a context manager around the work (it starts and stops the live display)::
-
-        with reporting(RichReporter(console)) as bar, bar:
-            devplace.place(...)
+    ``showing_progress(console)`` installs one and shows its bars around a block of work.
     """
 
     def __init__(self, console=None):
@@ -139,4 +136,11 @@ def reporting(reporter: Reporter):
         _current.reset(token)
 
 
-__all__ = ["Reporter", "LineReporter", "RichReporter", "SILENT", "current", "reporting"]
+@contextmanager
+def showing_progress(console=None):
+    """Install a ``RichReporter`` on ``console`` (a rich Console) and show its bars during the block."""
+    with reporting(RichReporter(console)) as bar, bar:
+        yield bar
+
+
+__all__ = ["Reporter", "LineReporter", "RichReporter", "showing_progress", "SILENT", "current", "reporting"]
