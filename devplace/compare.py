@@ -1,7 +1,7 @@
 """Run several placers on one graph and cluster and line their results up.
 
 A placer that fails (out of memory, say) gets its row with the reason; the
-others still run.
+others still run. Progress (rows done, best step time so far) goes to ``devplace.progress``.
 
 Rows are named by placer specs, ``ALGO[+opt][+fwd]`` (``devplace.portfolio.variants``), the one
 syntax ``--algos`` takes. The default rows are every registered placer plus ``+opt`` for Baechi's
