@@ -57,6 +57,7 @@ from devplace.placers._moves import (
 )
 from devplace.portfolio.variants import place as place_spec
 from devplace.sim import Simulator
+from devplace.sim.result import usable_memory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class _Search:
         """Full simulation counted as an eval: (total overflow bytes, step us, SimResult)."""
         self.evals += 1
         result = self.sim.run(Placement(devices=devices.copy(), priority=priority))
-        overflow = float(np.maximum(result.peak_memory_bytes - self.cluster.memory_bytes, 0.0).sum())
+        overflow = float(np.maximum(result.peak_memory_bytes - usable_memory_bytes(self.cluster), 0.0).sum())
         if self.least is None or (overflow, result.step_time_us) < self.least[:2]:
             self.least = (overflow, result.step_time_us, result)
         return overflow, result.step_time_us, result
