@@ -22,6 +22,7 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from devplace.errors import DevplaceError
 from devplace.fileio import json_default
@@ -33,11 +34,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# markup off: exception text, op and file names and cluster names are printed as they are (a "[/x]"
+# in gloo's error text or a cluster name must neither crash the printer nor vanish); styling is
+# added with Text objects (``styled``)
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+
+
+def styled(label: str, style: str, rest: str = "") -> Text:
+    """``label`` in ``style``, then ``rest`` verbatim."""
+    return Text.assemble((label, style), (" " + rest) if rest else "")
 
 
 def friendly_errors(command: Callable) -> Callable:
@@ -50,12 +59,12 @@ def friendly_errors(command: Callable) -> Callable:
         except DevplaceError as exc:
             if os.environ.get("DEVPLACE_DEBUG"):
                 raise
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(styled("error:", "bold red", str(exc)), highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
             if os.environ.get("DEVPLACE_DEBUG"):
                 raise
-            err_console.print(f"[bold red]error:[/] {exc.strerror}: {exc.filename}", highlight=False, soft_wrap=True)
+            err_console.print(styled("error:", "bold red", f"{exc.strerror}: {exc.filename}"), highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
             err_console.print("interrupted")
@@ -66,8 +75,8 @@ def friendly_errors(command: Callable) -> Callable:
             if os.environ.get("DEVPLACE_DEBUG"):
                 raise
             err_console.print(
-                f"[bold red]internal error[/] ({type(exc).__name__}: {exc}); "
-                f"rerun with DEVPLACE_DEBUG=1 for the traceback and report it",
+                styled("internal error", "bold red", f"({type(exc).__name__}: {exc}); "
+                       f"rerun with DEVPLACE_DEBUG=1 for the traceback and report it"),
                 highlight=False, soft_wrap=True,
             )
             raise typer.Exit(EXIT_INTERNAL) from None
@@ -258,7 +267,7 @@ def simulate(
         warnings.simplefilter("always")
         result = run_simulation(graph, target, placement)
     for warning in caught:
-        err_console.print(f"[bold yellow]warning:[/] {warning.message}", highlight=False, soft_wrap=True)
+        err_console.print(styled("warning:", "bold yellow", str(warning.message)), highlight=False, soft_wrap=True)
     if trace is not None:
         write_chrome_trace(result, trace)
     if as_json:
@@ -274,13 +283,13 @@ def simulate(
             dev.name,
             fmt_us(result.busy_us[d]),
             f"{100 * result.busy_us[d] / max(result.step_time_us, 1e-12):.0f}%",
-            ("[red]" if over else "") + fmt_bytes(result.peak_memory_bytes[d]),
+            Text(fmt_bytes(result.peak_memory_bytes[d]), style="red" if over else ""),
             fmt_bytes(dev.memory_bytes),
             fmt_bytes(sent[d]),
         )
     console.print(table)
     for line in result.overflow_report():
-        console.print(f"[red]out of memory:[/] {line}")
+        console.print(styled("out of memory:", "red", line), highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace written to {trace} (open it in https://ui.perfetto.dev)")
 
@@ -289,8 +298,6 @@ def simulate(
 @friendly_errors
 def algos(as_json: bool = typer.Option(False, "--json", help="print each placer with its options as JSON")):
     """List the placing algorithms and the options each takes (`place --option KEY=VALUE`)."""
-    from rich.markup import escape
-
     from devplace.portfolio import available
 
     placers = [info.describe() for info in available().values()]
@@ -302,8 +309,8 @@ def algos(as_json: bool = typer.Option(False, "--json", help="print each placer 
     table.add_column("what it does")
     table.add_column("options (type = default: help)")
     for placer in placers:
-        options = "\n".join(f"[bold]{o['name']}[/] " + escape(f"({o['type']} = {o['default']!r}): {o['help']}")
-                            for o in placer["options"])
+        options = Text("\n").join(styled(o["name"], "bold", f"({o['type']} = {o['default']!r}): {o['help']}")
+                                   for o in placer["options"])
         table.add_row(placer["name"], placer["summary"], options or "-")
     console.print(table)
 
@@ -363,7 +370,8 @@ def comparison_table(comparison, title: str) -> Table:
     for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
         if row.error:
             reason = row.error if len(row.error) <= 36 else row.error[:35] + "…"
-            table.add_row(row.algorithm, "-", "-", "-", "-", "-", f"[red]{'out of memory' if row.oom else 'failed'}:[/] {reason}")
+            table.add_row(row.algorithm, "-", "-", "-", "-", "-",
+                          styled(f"{'out of memory' if row.oom else 'failed'}:", "red", reason))
             continue
         peak = (" ".join(f"{p / scale:.2f}" for p in row.peak_memory_bytes) if few
                 else f"{max(row.peak_memory_bytes) / scale:.2f}")
@@ -374,7 +382,7 @@ def comparison_table(comparison, title: str) -> Table:
             peak,
             fmt_bytes(row.bytes_moved),
             f"{row.placement_time_s:.2f} s",
-            "[red]out of memory[/]" if row.oom else ("[green]best[/]" if row is comparison.best else ""),
+            Text("out of memory", "red") if row.oom else Text("best", "green") if row is comparison.best else "",
         )
     return table
 
@@ -423,10 +431,10 @@ def compare(
         return
     table = comparison_table(comparison, f"{target} on {machine.name} ({graph.n_ops} ops)")
     # piped output has no width: give the table room rather than cut every column to "…"
-    (console if console.is_terminal else Console(width=max(console.width, 130))).print(table)
+    (console if console.is_terminal else Console(width=max(console.width, 130), markup=False)).print(table)
     for row in comparison.rows:
         if row.error and len(row.error) > 36:
-            console.print(f"[bold]{row.algorithm}[/]: {row.error}", highlight=False, soft_wrap=True)
+            console.print(styled(f"{row.algorithm}:", "bold", row.error), highlight=False, soft_wrap=True)
     if output is not None:
         console.print(f"report written to {page}")
 

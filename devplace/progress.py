@@ -81,8 +81,8 @@ class RichReporter(Reporter):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console, transient=True,
+            SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[best]}", markup=False), TimeElapsedColumn(), console=console, transient=True,
         )
         self._tasks: list[tuple[int, str]] = []
 

@@ -227,3 +227,20 @@ def test_run_without_a_cluster_says_it_calibrates_first(monkeypatch, tmp_path):
     assert "no --cluster: calibrating this machine's devices and links first (about 15 s" in result.stderr
     result = CliRunner().invoke(app, ["run", "zoo:mlp", "-p", str(tmp_path / "p.json"), "-c", "two.toml"])
     assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_bracketed_text_is_printed_verbatim_never_as_markup(tmp_path):
+    """Exception text, file names and cluster names reach the terminal as they are: a "[/x]" must
+    not crash the printer (rich's MarkupError) and "[links.default]" must not vanish."""
+    odd = tmp_path / "lab[/x]" / "[bold]ghost.json"
+    proc = run_cli("info", str(odd), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "[/x]" in proc.stderr and "[bold]ghost.json" in proc.stderr
+    cluster = tmp_path / "odd.toml"
+    cluster.write_text('name = "lab[/x] [bold]"\ncomm_model = "duplex"\n\n[[devices]]\nkind = "gpu"\n'
+                       'memory_gib = 1000\ncount = 6\n\n[links.default]\nlatency_us = 5\n'
+                       'bandwidth_bytes_per_us = 10000\n')
+    placement = tmp_path / "p.json"
+    run_cli("place", GNMT, "-c", str(cluster), "--algo", "single", "--output", str(placement))
+    proc = run_cli("simulate", GNMT, "-c", str(cluster), "-p", str(placement))
+    assert "lab[/x] [bold]" in proc.stdout and "MarkupError" not in proc.stderr
