@@ -35,9 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from devplace.errors import ClusterError
-
-COMM_MODELS = ("parallel", "sequential", "duplex", "pipelined")
-COMM_MODEL_CODES = {name: i for i, name in enumerate(COMM_MODELS)}
+from devplace.sim.channels import COMM_MODEL_CODES, COMM_MODELS
 
 
 @dataclass(frozen=True)
