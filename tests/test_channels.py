@@ -258,3 +258,73 @@ def test_moves_use_the_definition_for_every_edge_of_a_real_graph():
                                                        cluster.message_latency_us[s[e], d[e]],
                                                        cluster.bandwidth_bytes_per_us[s[e], d[e]])[0]
         assert got[e] == want and not math.isnan(got[e])
+
+
+def book_inputs(graph, cluster, v, k, device, finish, state, arrived) -> float:
+    """A planner's booking of ``v``'s inputs onto device ``k``, written out directly: on ``state``,
+    remembering in ``arrived`` where each sent tensor is; returns when the last input is there."""
+    code, ready = planning_model(cluster.comm_model_code), 0.0
+    for e in graph.in_edges(v):
+        u, src = int(graph.edge_src[e]), int(device[graph.edge_src[e]])
+        if src == k:
+            t = finish[u]
+        elif (u, k) in arrived:
+            t = arrived[(u, k)]
+        else:
+            duration, delay = transfer_us(graph.edge_bytes[e], graph.edge_fixed_us[e],
+                                          cluster.message_latency_us[src, k], cluster.bandwidth_bytes_per_us[src, k])
+            t = book(code, state, src, k, finish[u], duration, delay) + duration
+            if duration > 0.0:
+                arrived[(u, k)] = t
+        ready = max(ready, t)
+    return ready
+
+
+@pytest.mark.parametrize("model", COMM_MODELS)
+def test_planners_plan_and_commit_the_same_holds(model):
+    """The list scheduler and HEFT place ops one after another: for each op, a what-if on every
+    device, then a commit on one. Both must predict the same arrival as booking directly, and leave
+    the same channel state as direct bookings after every commit (ops finish in index order, so both
+    book an op's inputs in the same order)."""
+    rng = np.random.default_rng(7 + COMM_MODEL_CODES[model])
+    for case in range(15):
+        n_dev, n = int(rng.integers(2, 5)), int(rng.integers(6, 30))
+        b = GraphBuilder(["gpu"])
+        for i in range(n):
+            b.add_op(f"o{i}", compute_us=1.0)
+        for v in range(1, n):
+            for u in sorted(set(rng.integers(0, v, rng.integers(1, 4)).tolist())):
+                nbytes, fixed = random_edge(rng)
+                b.add_edge(f"o{u}", f"o{v}", bytes=nbytes, fixed_us=fixed)
+        graph = b.build()
+        cluster = random_cluster(rng, n_dev, model, overheads=True)
+        finish = np.cumsum(rng.uniform(0.5, 10.0, n))
+        device = np.full(n, -1, np.int64)
+        device[0] = 0
+        free_us, scratch = channel_state(n_dev), channel_state(n_dev)
+        arrival = np.full(n * n_dev, -1.0)
+
+        def listed(v, k, commit):  # the list scheduler's what-if (commit False) or booking
+            return _listsched._inputs_ready(
+                v, k, commit, device, finish, arrival, graph.pred_ptr, graph.pred_edge, graph.edge_src,
+                graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
+                planning_model(cluster.comm_model_code), free_us, scratch)
+
+        links = _Links(graph, cluster, contention=True)
+        state, arrived = channel_state(n_dev), {}
+        for v in range(1, n):
+            plans, predicted = {}, {}
+            for k in range(n_dev):
+                ready = book_inputs(graph, cluster, v, k, device, finish, state.copy(), dict(arrived))
+                heft_ready, plans[k] = links.arrivals(v, k, device, finish)
+                assert listed(v, k, False) == heft_ready == ready, (model, case, v, k)
+                predicted[k] = ready
+            k = int(rng.integers(0, n_dev))
+            committed = listed(v, k, True)
+            links.commit(k, plans[k])
+            book_inputs(graph, cluster, v, k, device, finish, state, arrived)
+            device[v] = k
+            assert committed == predicted[k]
+            assert (free_us == state).all() and (links.free_us == state).all(), (model, case, v)
+            listed_arrivals = {(int(i) // n_dev, int(i) % n_dev): arrival[i] for i in np.flatnonzero(arrival >= 0.0)}
+            assert listed_arrivals == links.arrived == arrived
