@@ -108,7 +108,7 @@ def main() -> None:
     for model, target in models.items():
         prep_load = load_average()
         prepared = prepare(target, cost=args.cost, repeats=7)
-        prepared.graph.meta["cost_load_average"] = prep_load
+        prepared.graph = prepared.graph.with_meta(cost_load_average=prep_load)
         for algo in algos:
             try:
                 placement = place(prepared.graph, cluster, algo=algo, seed=0)

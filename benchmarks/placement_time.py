@@ -1,4 +1,5 @@
-"""Placement time of m-TOPO, m-ETF and m-SCT, beside Baechi's own code (REFERENCE.md).
+"""Placement time of m-TOPO, m-ETF and m-SCT, beside Baechi's own code (beomyeol/baechi
+commit afe7278, timed on this project's machines) and Baechi's paper (Jeon et al., SoCC 2020).
 
 Setting as Baechi's table: random layered DAGs of 1k, 5k and 20k ops on 4 devices with ample memory
 (the baechi-4x2080 preset: sequential channels, 134 us + 0.1754 us/KB per transfer). For each run it
@@ -89,7 +90,8 @@ GNMT_TARGETS = {"gnmt-len40": "zoo:gnmt:layers=4,seq_len=40", "gnmt-len50": "zoo
 GNMT_RESULTS = Path(__file__).parent / "results" / "placement_time_gnmt.json"
 CACHE = Path(__file__).parent / ".cache"
 AMPLE = 4.0   # as reproduce_papers.py: 4 x 8 GiB per GPU, where memory binds no placer
-BAECHI_GNMT = {   # REFERENCE.md, m-SCT: ops, placement s and step s unoptimized, then optimized
+BAECHI_GNMT = {   # Baechi (Jeon et al., SoCC 2020), table of the optimizations' effect on m-SCT:
+    # ops, placement s and step s unoptimized, then optimized
     "gnmt-len40": {"ops": 18050, "placement_s": 275.1, "step_s": 0.580,
                    "opt_ops": 542, "opt_placement_s": 1.2, "opt_step_s": 0.212},
     "gnmt-len50": {"ops": 22340, "placement_s": 406.1, "step_s": 0.793,

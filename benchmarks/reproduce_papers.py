@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------- published figures
-# Step times in seconds from the papers' tables (copied from REFERENCE.md; None = out of memory).
+# Step times in seconds from the papers' step-time tables (Baechi, Jeon et al., SoCC 2020; the Hierarchical
+# Planner, Mirhoseini et al., ICLR 2018; ColocRL, Mirhoseini et al., ICML 2017; None = out of memory).
 PAPER_BAECHI = {  # (model, batch): single GPU, expert, m-TOPO, m-ETF, m-SCT (all with Baechi's optimizations)
     ("Inception-V3", 32): (0.269, 0.269, 0.286, 0.269, 0.269),
     ("Inception-V3", 64): (0.491, 0.491, 0.521, 0.491, 0.491),

@@ -3,6 +3,10 @@
 Every command answers bad input with one line on stderr and exit code 2 (no traceback; set
 DEVPLACE_DEBUG=1 to see one), and writes its files through a temporary file and a rename, so a
 failed command leaves nothing half-written.
+
+One set of conventions: ``--json`` on every command prints machine-readable output; ``-o/--output``
+is always the path a command writes; placer options are ``--option KEY=VALUE`` in ``place`` and
+``--option ALGO.KEY=VALUE`` in ``compare``; ``-c/--cluster`` names the machine.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import functools
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -140,12 +145,34 @@ def parse_options(pairs: list[str]) -> dict:
     options = {}
     for pair in pairs:
         if "=" not in pair:
-            raise DevplaceError(f"option {pair!r} must look like key=value")
+            raise DevplaceError(f"--option {pair!r} must look like key=value")
         key, value = pair.split("=", 1)
         try:
             options[key.strip().replace("-", "_")] = json.loads(value)
         except json.JSONDecodeError:
             options[key.strip().replace("-", "_")] = value
+    return options
+
+
+def parse_scoped_options(pairs: list[str], specs: list[str]) -> dict[str, dict]:
+    """``ALGO.key=value`` pairs -> options per row of ``specs``. ALGO is a row as written in
+    ``--algos`` (``m-sct+opt``) or a placer, whose every row gets the option (``m-sct`` and
+    ``m-sct+opt``); an ALGO with no row in this run is refused, naming the rows."""
+    from devplace.compare import parse_algo
+
+    placer_of = {spec: parse_algo(spec)[0] for spec in specs}
+    options: dict[str, dict] = {spec: {} for spec in specs}
+    for pair in pairs:
+        scope, dot, rest = pair.partition(".")
+        if not dot or "=" not in rest or "=" in scope:
+            raise DevplaceError(f"--option {pair!r} must look like ALGO.key=value (e.g. m-sct.threshold=0.2)")
+        rows = [spec for spec in specs if scope.strip() in (spec, placer_of[spec])]
+        if not rows:
+            raise DevplaceError(
+                f"--option {pair!r} is for {scope!r}, which is not in this run: use one of {', '.join(specs)}"
+            )
+        for spec in rows:
+            options[spec] |= parse_options([rest])
     return options
 
 
@@ -227,7 +254,11 @@ def simulate(
 
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
     placement = Placement.load(placement_path)
-    result = run_simulation(graph, target, placement)
+    with warnings.catch_warnings(record=True) as caught:  # e.g. a split colocation group: simulated, said once
+        warnings.simplefilter("always")
+        result = run_simulation(graph, target, placement)
+    for warning in caught:
+        err_console.print(f"[bold yellow]warning:[/] {warning.message}", highlight=False, soft_wrap=True)
     if trace is not None:
         write_chrome_trace(result, trace)
     if as_json:
@@ -256,10 +287,13 @@ def simulate(
 
 @app.command()
 @friendly_errors
-def algos():
+def algos(as_json: bool = typer.Option(False, "--json", help="print JSON")):
     """List the placing algorithms."""
     from devplace.placers import available
 
+    if as_json:
+        print_json([{"name": name, "summary": info.summary} for name, info in available().items()])
+        return
     table = Table(title="placers")
     table.add_column("name")
     table.add_column("what it does")
@@ -274,10 +308,10 @@ def place(
     graph_path: str = typer.Argument(..., metavar="GRAPH", help="graph file or model target"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="preset name, TOML path, or from-graph"),
     algo: str = typer.Option("m-sct", "--algo", "-a", help="placer name (see `devplace algos`)"),
-    option: list[str] = typer.Option([], "--option", "-o", help="placer option key=value (repeatable)"),
+    option: list[str] = typer.Option([], "--option", help="placer option KEY=VALUE (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
     memory_fraction: Optional[float] = typer.Option(None, "--memory-fraction", help="scale every device's memory"),
-    output: Path = typer.Option(..., "--output", "--out", help="where to write the placement JSON"),
+    output: Path = typer.Option(..., "--output", "-o", help="where to write the placement JSON"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
 ):
     """Place GRAPH on a cluster and write the placement."""
@@ -347,17 +381,18 @@ def compare(
         None, "--algos",
         help="comma-separated placers, each ALGO[+opt][+fwd] (+opt: co-placement + fusion; +fwd: forward-op "
              "placement); default: every placer plus m-topo+opt, m-etf+opt, m-sct+opt"),
+    option: list[str] = typer.Option(
+        [], "--option", help="placer option ALGO.KEY=VALUE for one placer's rows or one row (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
-    out: Optional[Path] = typer.Option(None, "--out", help="folder for CSV/JSON, plots, trace and report.html"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for CSV/JSON, plots, trace and report.html"),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
 ):
     """Run the placers on one model and compare their simulated step times."""
     from devplace.compare import compare as run_compare
-    from devplace.compare import default_algos, parse_algo
+    from devplace.compare import default_algos
 
     names = [a.strip() for a in algos.split(",") if a.strip()] if algos else default_algos()
-    for name in names:
-        parse_algo(name)  # a misspelt placer fails before a long capture
+    options = parse_scoped_options(option, names)  # a misspelt placer fails before a long capture
     status = err_console if as_json else console
     graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
     finished: list[str] = []
@@ -370,12 +405,12 @@ def compare(
             if len(finished) < len(names):
                 spinner.update(f"placing with {names[len(finished)]} ({len(finished) + 1}/{len(names)})")
 
-        comparison = run_compare(graph, machine, names, seed=seed, on_row=progress)
-    if out is not None:
+        comparison = run_compare(graph, machine, names, seed=seed, options=options, on_row=progress)
+    if output is not None:
         from devplace.report import write_report
 
-        with status.status(f"writing the report to {out}"):
-            page = write_report(comparison, out, f"{target} on {machine.name}")
+        with status.status(f"writing the report to {output}"):
+            page = write_report(comparison, output, f"{target} on {machine.name}")
     if as_json:
         print_json([row.to_dict() for row in comparison.rows])
         return
@@ -385,7 +420,7 @@ def compare(
     for row in comparison.rows:
         if row.error and len(row.error) > 36:
             console.print(f"[bold]{row.algorithm}[/]: {row.error}", highlight=False, soft_wrap=True)
-    if out is not None:
+    if output is not None:
         console.print(f"report written to {page}")
 
 
@@ -397,6 +432,7 @@ def profile(
     cost: str = typer.Option("roofline", "--cost", help="measured (time each op here) or roofline (from --cluster specs)"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses"),
     optimizer: str = typer.Option("adam", "--optimizer", help="optimizer whose update is captured"),
+    as_json: bool = typer.Option(False, "--json", help="print the graph's summary as JSON"),
 ):
     """Capture a model's training step as an operator graph."""
     from devplace.torchcapture import profile_target
@@ -408,6 +444,9 @@ def profile(
     )
     save_graph(graph, output)
     summary = graph.summary()
+    if as_json:
+        print_json({**summary, "output": str(output)})
+        return
     console.print(f"captured {summary['ops']} ops, {summary['edges']} edges ({summary['roles']}); written to {output}")
 
 
@@ -432,12 +471,17 @@ def run(
     """Run TARGET's training step for real under a placement; measured vs simulated step time."""
     from devplace.execute import eager_reference, max_difference, prepare
     from devplace.execute import run as execute
+    from devplace.execute.distributed import under_torchrun
 
     if cost not in ("executed", "measured"):
         raise DevplaceError(f"unknown --cost {cost!r}: use executed or measured")
     if cost == "executed" and any(not d.startswith("cpu") for d in device):
         raise DevplaceError("--cost executed times ops on the CPU: use --cost measured with other devices")
     prepared = prepare(target, cost=cost)
+    if cluster is None and not (backend == "distributed" and under_torchrun()):
+        err_console.print("no --cluster: calibrating this machine's devices and links first (about 15 s on 2 "
+                          "devices, longer with more; `devplace calibrate -o C.toml` once, then --cluster C.toml)",
+                          highlight=False, soft_wrap=True)
     result = execute(target, placement_path, cluster=cluster, backend=backend, steps=steps, warmup=warmup,
                      devices=device or None, timeout_s=timeout, prepared=prepared, timeline=trace is not None)
     if result is None:  # a torchrun rank other than 0
@@ -456,8 +500,10 @@ def run(
     console.print(
         f"{backend} on {result.n_devices} devices: measured step {fmt_us(result.measured_step_time_us)} "
         f"(median of {steps}), simulated {fmt_us(result.simulated_step_time_us)} "
-        f"({100 * summary['relative_error']:+.0f}% off), loss {result.loss:.6g}, {result.n_transfers} transfers per step"
+        f"({100 * summary['relative_error']:+.0f}% off), loss {result.loss:.6g}, {result.n_transfers} transfers per step",
+        highlight=False,
     )
+    console.print(f"measured and simulated: {result.simulated_as}", highlight=False)
     if check:
         console.print(f"largest relative difference from an eager step: {error:.2e} ({worst})")
     if trace is not None:

@@ -31,10 +31,12 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from devplace.errors import ClusterError
+from devplace.frozen import FrozenDict, freeze, read_only_array, set_read_only_state
 from devplace.sim.channels import COMM_MODEL_CODES, COMM_MODELS
 
 
@@ -49,20 +51,26 @@ class Device:
     memory_bandwidth_bytes_per_s: float = 0.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class Cluster:
+    """Devices and links, validated on construction and unchangeable afterwards (frozen fields,
+    read-only matrices, a read-only ``meta``): derive a variant with ``with_memory_fraction``,
+    ``with_devices`` or ``dataclasses.replace``, which validates it again."""
+
     name: str
-    devices: list[Device]
+    devices: tuple[Device, ...]
     comm_model: str
     latency_us: np.ndarray
     bandwidth_bytes_per_us: np.ndarray
     op_gap_us: float = 0.0
     description: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: Mapping = field(default_factory=FrozenDict)
     send_overhead_us: np.ndarray | None = None  # [src, dst]: device time per message, charged to src
     recv_overhead_us: np.ndarray | None = None  # [src, dst]: charged to dst; both default to zeros
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "meta", freeze(dict(self.meta)))
         d = len(self.devices)
         if d == 0:
             raise ClusterError(f"cluster {self.name!r} has no devices: add at least one [[devices]] entry")
@@ -81,14 +89,14 @@ class Cluster:
                 value = getattr(dev, attr)
                 if not (math.isfinite(value) and value >= 0):
                     raise ClusterError(f"device {dev.name!r} has {attr} = {value!r}: it must be >= 0")
-        self.latency_us = np.ascontiguousarray(self.latency_us, dtype=np.float64).reshape(d, d)
-        self.bandwidth_bytes_per_us = np.ascontiguousarray(self.bandwidth_bytes_per_us, dtype=np.float64).reshape(d, d)
+        for attr in ("latency_us", "bandwidth_bytes_per_us"):
+            object.__setattr__(self, attr, read_only_array(getattr(self, attr), np.float64).reshape(d, d))
         off = ~np.eye(d, dtype=bool)
         for attr in ("send_overhead_us", "recv_overhead_us"):
             value = getattr(self, attr)
             value = np.zeros((d, d)) if value is None else np.array(value, dtype=np.float64).reshape(d, d)
             np.fill_diagonal(value, 0.0)  # a device sends nothing to itself
-            setattr(self, attr, np.ascontiguousarray(value))
+            object.__setattr__(self, attr, read_only_array(value, np.float64))
         bad_latency = off & ~(np.isfinite(self.latency_us) & (self.latency_us >= 0))
         bad_bandwidth = off & ~(self.bandwidth_bytes_per_us > 0)
         bad_send = ~(np.isfinite(self.send_overhead_us) & (self.send_overhead_us >= 0))
@@ -104,8 +112,8 @@ class Cluster:
                 )
         if not (math.isfinite(self.op_gap_us) and self.op_gap_us >= 0):
             raise ClusterError(f"cluster {self.name!r} has op_gap_us = {self.op_gap_us!r}: it must be >= 0")
-        for arr in (self.latency_us, self.bandwidth_bytes_per_us, self.send_overhead_us, self.recv_overhead_us):
-            arr.flags.writeable = False
+
+    __setstate__ = set_read_only_state  # a pickled or copied one stays read-only
 
     @property
     def n_devices(self) -> int:
@@ -358,11 +366,12 @@ def uniform_cluster(
     op_gap_us: float = 0.0,
     send_overhead_us: float = 0.0,
     recv_overhead_us: float = 0.0,
+    name: str | None = None,
 ) -> Cluster:
-    """``n_devices`` identical devices, every pair joined by the same link."""
+    """``n_devices`` identical devices, every pair joined by the same link (named ``4xgpu`` unless ``name``)."""
     latency, bandwidth = uniform_links(n_devices, latency_us, bandwidth_bytes_per_us)
     return Cluster(
-        name=f"{n_devices}x{kind}",
+        name=name or f"{n_devices}x{kind}",
         devices=[Device(f"{kind}{i}", kind, float(memory_bytes)) for i in range(n_devices)],
         comm_model=comm_model,
         latency_us=latency,

@@ -18,7 +18,7 @@ CLUSTER = "baechi-4x2080"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = ["compare", TARGET, "--cluster", CLUSTER, "--out", "out/demo", *(argv or [])]
+    args = ["compare", TARGET, "--cluster", CLUSTER, "--output", "out/demo", *(argv or [])]
     try:
         app(args, standalone_mode=False)
     except SystemExit as exc:  # typer.Exit inside standalone_mode=False still arrives here

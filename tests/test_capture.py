@@ -217,13 +217,13 @@ def test_roofline_times_scale_with_peak_flops():
     ratio = (slow.compute_us[busy, 0] - launch) / (fast.compute_us[busy, 0] - launch)
     np.testing.assert_allclose(ratio, 2.0, rtol=1e-9)
     np.testing.assert_allclose(slow.compute_us[busy, 0] - launch, flops[busy] / 1e9 / 0.6 * 1e6, rtol=1e-9)
-    assert slow.device_kinds == ["gpu"]
+    assert slow.device_kinds == ("gpu",)
 
 
 def test_roofline_gives_one_column_per_device_kind():
     model, x = mlp()
     g = capture(model, x, mse, cost="roofline", cluster=dp.load_cluster("cpu+4gpu"))
-    assert g.device_kinds == ["cpu", "gpu"]
+    assert g.device_kinds == ("cpu", "gpu")
     kernel = g.compute_us[:, 1] > 0
     launch = LAUNCH_US
     # the CPU preset has a tenth of the GPU's FLOP/s and bandwidth: 10x the time above the launch cost
@@ -241,7 +241,7 @@ def test_small_cnn_graph_measured_on_cpu():
     model, x, labels = small_cnn()
     loss = lambda out, y: nn.functional.cross_entropy(out, y)  # noqa: E731
     g = capture(model, (x,), loss, targets=(labels,), cost="measured", repeats=2, progress=False)
-    assert g.device_kinds == ["cpu"]
+    assert g.device_kinds == ("cpu",)
     param_bytes = (4 * 3 * 3 * 3 + 4 + 5 * 64 + 5) * F32
     assert g.persistent_bytes.sum() == param_bytes + 2 * param_bytes + 4 * F32
     conv = ops_of(g, "convolution", Role.FORWARD)

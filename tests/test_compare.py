@@ -28,7 +28,7 @@ def test_cli_compare_on_a_zoo_model_writes_every_file_and_json_rows(tmp_path):
     algos = "single,round-robin,m-etf,m-sct+opt,m-topo+opt+fwd"
     proc = subprocess.run(
         [sys.executable, "-m", "devplace.cli", "compare", "zoo:mlp:preset=small", "--cluster", "baechi-4x2080",
-         "--algos", algos, "--out", str(out), "--json"],
+         "--algos", algos, "--output", str(out), "--json"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -154,8 +154,8 @@ def test_with_devices_builds_an_n_gpu_variant_of_a_uniform_preset():
 
 def test_heat_map_rows_follow_a_captured_graphs_op_scope():
     graph = _layered_graph(40, 10, scoped=False)
-    graph.meta["op_scope"] = [f"encoder.layers.{int(name.split('_')[1]) // 10}" if int(name.split("_")[1]) < 30 else ""
-                              for name in graph.names]
+    graph = graph.with_meta(op_scope=[f"encoder.layers.{int(name.split('_')[1]) // 10}"
+                                      if int(name.split("_")[1]) < 30 else "" for name in graph.names])
     rows, labels = plots._scope_rows(plots.op_scope_parts(graph), max_rows=40)
     assert labels == ["(no module)", "encoder.layers.0", "encoder.layers.1", "encoder.layers.2"]
     assert labels[rows[graph.index("op_15_3")]] == "encoder.layers.1"

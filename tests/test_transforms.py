@@ -242,7 +242,7 @@ def test_bundled_graphs_shrink():
 
 def test_fused_op_names_are_unique_and_readable():
     f = fuse(chain_graph([1.0] * 4), [0, 0, 1, 1])
-    assert f.graph.names == ["op0[+1]", "op2[+1]"]
+    assert f.graph.names == ("op0[+1]", "op2[+1]")
 
 
 def test_quotient_rejects_a_cyclic_grouping():

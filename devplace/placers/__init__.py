@@ -1,13 +1,20 @@
 """Placing algorithms: one module per algorithm, one signature, one registry.
 
-Each module defines ``place(graph, cluster, *, seed, **options)`` returning a ``Placement`` (or an
-array of device indices, one per op) and registers it::
+Each module declares its options as a frozen dataclass (``devplace.placers.options``), defines
+``place(graph, cluster, *, seed, options)`` returning a ``Placement`` (or an array of device
+indices, one per op) and registers both::
 
-    @register("m-etf", "Baechi's memory-constrained earliest-task-first list scheduler")
-    def place(graph, cluster, *, seed=0, **options): ...
+    @dataclass(frozen=True)
+    class HeftOptions:
+        insertion: bool = option(True, "fill idle gaps on a device")
 
-``devplace.place`` runs a registered algorithm, times it, and refuses a result that splits a
-colocation group or overflows a device's memory in simulation, so every caller can trust it.
+    @register("heft", "HEFT list scheduling", HeftOptions)
+    def place(graph, cluster, *, seed=0, options=HeftOptions()): ...
+
+A placer without options registers without a class and receives ``NO_OPTIONS``.
+``devplace.place`` validates the user's options against the class (a misspelt or mistyped one is a
+``PlacementError`` naming the valid ones), runs the placer, times it, and refuses a result that
+splits a colocation group or overflows a device's memory in simulation, so every caller can trust it.
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
@@ -20,13 +27,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
 
 from devplace.errors import OutOfMemoryError, PlacementError
 from devplace.placement import Placement, graph_fingerprint
+from devplace.placers.options import NO_OPTIONS, NoOptions, describe_options, parse_options
 
 
 @dataclass(frozen=True)
@@ -35,19 +43,24 @@ class PlacerInfo:
     summary: str
     function: Callable
     module: str
+    options: type = NoOptions
+
+    def describe(self) -> dict:
+        """Name, summary and declared options (``devplace algos --json``)."""
+        return {"name": self.name, "summary": self.summary, "options": describe_options(self.options)}
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 _LOADED = False
 
 
-def register(name: str, summary: str) -> Callable:
-    """Decorator: make ``function`` available as ``algo=name``."""
+def register(name: str, summary: str, options: type = NoOptions) -> Callable:
+    """Decorator: make ``function`` available as ``algo=name``, taking the options ``options`` declares."""
 
     def wrap(function: Callable) -> Callable:
         if name in _REGISTRY and _REGISTRY[name].function is not function:
             raise RuntimeError(f"two placers registered as {name!r}")
-        _REGISTRY[name] = PlacerInfo(name, summary, function, function.__module__)
+        _REGISTRY[name] = PlacerInfo(name, summary, function, function.__module__, options)
         return function
 
     return wrap
@@ -83,21 +96,23 @@ def place(
     placers = available()
     if algo not in placers:
         raise PlacementError(f"no placer named {algo!r}: use one of {', '.join(placers)}")
+    info = placers[algo]
+    config = parse_options(info.options, options, algo)
     optimized = coplacement or fusion or forward_only
     began = time.perf_counter()
     if optimized:
         from devplace.transforms import optimize
 
         coarsening = optimize(graph, coplacement=coplacement, fusion=fusion, forward_only=forward_only)
-        coarse = placers[algo].function(coarsening.graph, cluster, seed=seed, **options)
+        coarse = info.function(coarsening.graph, cluster, seed=seed, options=config)
         result = coarsening.expand_placement(coarse)
     else:
-        result = placers[algo].function(graph, cluster, seed=seed, **options)
+        result = info.function(graph, cluster, seed=seed, options=config)
     elapsed = time.perf_counter() - began
     if not isinstance(result, Placement):
         result = Placement(devices=np.asarray(result, dtype=np.int64))
     result.algorithm = algo
-    result.options = {"seed": seed, **options} | result.options
+    result.options = {"seed": seed, **asdict(config)} | result.options
     if optimized:
         result.options |= {
             "coplacement": coplacement, "fusion": fusion, "forward_only": forward_only,
@@ -129,4 +144,4 @@ def check_feasible(graph, cluster, placement: Placement) -> None:
         )
 
 
-__all__ = ["register", "place", "available", "check_feasible", "PlacerInfo"]
+__all__ = ["register", "place", "available", "check_feasible", "PlacerInfo", "NO_OPTIONS"]

@@ -30,7 +30,9 @@ WINDOW_OPS = 2500   # HiGHS solves this many ops in about a second; a 20k-op LP 
 
 def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_limit_s: float = 120.0,
                       window_ops: int = WINDOW_OPS):
-    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is 1 where HiGHS failed.
+    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is 1 where HiGHS failed, and
+    ``w`` is None if it failed on any window (there is then no makespan to report, and a NaN would
+    make the placement file invalid JSON).
 
     A graph larger than ``window_ops`` is cut along its topological order into windows solved one
     by one: an edge between two windows is never a favorite (x = 1), ``s`` is per window and ``w``
@@ -64,7 +66,7 @@ def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_l
     status = "optimal" if not failed else f"HiGHS failed on {failed} of {n_windows} windows"
     if n_windows > 1:
         status += f" ({n_windows} windows)"
-    return x, s, makespan if not failed else float("nan"), status
+    return x, s, makespan if not failed else None, status
 
 
 def _solve(n, src, dst, time_us, edge_us, time_limit_s):

@@ -46,7 +46,7 @@ import re
 import numpy as np
 
 from devplace.errors import PlacementError
-from devplace.placers import register
+from devplace.placers import NO_OPTIONS, register
 
 _B = r"(?:^|[^a-zA-Z0-9])"  # start of a module path part ('.' in module paths, '_' in fx names)
 _S = r"[._]"                 # separator between parts
@@ -156,7 +156,7 @@ def _keep_groups(graph, devices: np.ndarray, named: np.ndarray) -> np.ndarray:
 
 
 @register("expert", "the papers' hand placements (a layer per GPU for GNMT/RNNLM, CNNs on one device)")
-def place(graph, cluster, *, seed: int = 0) -> np.ndarray:
+def place(graph, cluster, *, seed: int = 0, options=NO_OPTIONS) -> np.ndarray:
     devices = rule_devices(graph, cluster.n_devices)
     if devices is None:
         labels = rule_labels(graph)

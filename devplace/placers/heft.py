@@ -30,11 +30,13 @@ simulated check in ``devplace.place`` has the last word).
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import dataclass
 
 import numpy as np
 
 from devplace.placement import Placement
 from devplace.placers import register
+from devplace.placers.options import option
 from devplace.placers._listsched import mean_edge_us
 from devplace.sim.channels import book, channel_state, planning_model, transfer_us
 
@@ -110,8 +112,15 @@ class _Links:
             self.arrived[(p, k)] = arrive
 
 
-@register("heft", "HEFT list scheduling: upward rank, insertion-based earliest finish, memory-aware")
-def place(graph, cluster, *, seed: int = 0, insertion: bool = True, contention: bool = True) -> Placement:
+@dataclass(frozen=True)
+class HeftOptions:
+    insertion: bool = option(True, "start an op in an idle gap before a device's last op when it fits (insertion-based HEFT)")
+    contention: bool = option(True, "queue transfers on the cluster's channels (False: classic HEFT, links never busy)")
+
+
+@register("heft", "HEFT list scheduling: upward rank, insertion-based earliest finish, memory-aware", HeftOptions)
+def place(graph, cluster, *, seed: int = 0, options: HeftOptions = HeftOptions()) -> Placement:
+    insertion, contention = options.insertion, options.contention
     n, d = graph.n_ops, cluster.n_devices
     columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
     op_time = graph.compute_us[:, columns] + cluster.op_gap_us
@@ -175,7 +184,5 @@ def place(graph, cluster, *, seed: int = 0, insertion: bool = True, contention: 
 
     priority = np.empty(n)
     priority[np.lexsort((graph.topo_rank, start))] = np.arange(n)
-    options = {"insertion": insertion, "contention": contention}
-    if overcommitted:
-        options["memory_overcommitted"] = True
-    return Placement(devices=device, priority=priority, options=options)
+    return Placement(devices=device, priority=priority,
+                     options={"memory_overcommitted": True} if overcommitted else {})

@@ -14,11 +14,11 @@ The machinery is in ``_listsched``; the memory model in ``_memory``.
 from __future__ import annotations
 
 from devplace.placement import Placement
-from devplace.placers import register
+from devplace.placers import NO_OPTIONS, register
 from devplace.placers._listsched import list_schedule
 
 
 @register("m-etf", "Baechi's memory-constrained earliest-task-first list scheduler")
-def place(graph, cluster, *, seed: int = 0) -> Placement:
+def place(graph, cluster, *, seed: int = 0, options=NO_OPTIONS) -> Placement:
     # deterministic: ties are broken by bottom level, op index, device index, so the seed is unused
     return list_schedule(graph, cluster, algo="m-etf")

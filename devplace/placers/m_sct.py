@@ -14,10 +14,13 @@ SCT is within a constant factor of optimal when transfers are small against comp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from devplace.placement import Placement
 from devplace.placers import register
+from devplace.placers.options import option
 from devplace.placers._listsched import list_schedule, mean_edge_us, op_times_us
 from devplace.placers._lp import FAVORITE_THRESHOLD, round_favorites, solve_favorite_lp
 from devplace.placers._memory import check_can_fit
@@ -34,9 +37,15 @@ def lp_edge_us(graph, cluster) -> np.ndarray:
     return np.where((group[graph.edge_src] >= 0) & (group[graph.edge_src] == group[graph.edge_dst]), 0.0, edge_us)
 
 
-@register("m-sct", "Baechi's memory-constrained small-communication-time scheduler (favorite-child LP)")
-def place(graph, cluster, *, seed: int = 0, threshold: float = FAVORITE_THRESHOLD,
-          lp_time_limit_s: float = 120.0) -> Placement:
+@dataclass(frozen=True)
+class MSCTOptions:
+    threshold: float = option(FAVORITE_THRESHOLD, "an edge whose LP value is at most this makes its child a favorite (Baechi's code: 0.1)")
+    lp_time_limit_s: float = option(120.0, "seconds HiGHS may spend on each window of the favorite-child LP")
+
+
+@register("m-sct", "Baechi's memory-constrained small-communication-time scheduler (favorite-child LP)", MSCTOptions)
+def place(graph, cluster, *, seed: int = 0, options: MSCTOptions = MSCTOptions()) -> Placement:
+    threshold, lp_time_limit_s = options.threshold, options.lp_time_limit_s
     # deterministic (HiGHS is run single-threaded by default), so the seed is unused
     check_can_fit(graph, cluster, "m-sct")
     time_us = op_times_us(graph, cluster).mean(axis=1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from devplace.placers import register
+from devplace.placers import NO_OPTIONS, register
 from devplace.placers._memory import MemoryModel, check_can_fit, claim, members_of, out_of_memory
 
 
@@ -70,7 +70,7 @@ def _fill(
 
 
 @register("m-topo", "Baechi's topological-order fill: each device up to about total/D memory")
-def place(graph, cluster, *, seed: int = 0) -> np.ndarray:
+def place(graph, cluster, *, seed: int = 0, options=NO_OPTIONS) -> np.ndarray:
     # deterministic, so the seed is unused
     check_can_fit(graph, cluster, "m-topo")
     memory = MemoryModel(graph, cluster)

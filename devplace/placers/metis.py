@@ -35,11 +35,14 @@ still a DAG, so the simulator runs either).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pymetis
 
 from devplace.placement import Placement
 from devplace.placers import register
+from devplace.placers.options import option
 from devplace.placers._listsched import mean_edge_us
 from devplace.transforms.coplacement import colocation_units
 
@@ -151,15 +154,22 @@ def acyclic_repair(graph, units: np.ndarray, part: np.ndarray, n_parts: int,
     return best[1], best[2]
 
 
-@register("metis", "METIS min-cut partition balancing compute and memory, repaired to be acyclic")
-def place(graph, cluster, *, seed: int = 0, imbalance: float = 0.05, acyclic: bool = True) -> Placement:
+@dataclass(frozen=True)
+class MetisOptions:
+    imbalance: float = option(0.05, "load imbalance METIS may leave between parts (0.05: 5%)")
+    acyclic: bool = option(True, "repair the partition so that no cycle runs between devices")
+
+
+@register("metis", "METIS min-cut partition balancing compute and memory, repaired to be acyclic", MetisOptions)
+def place(graph, cluster, *, seed: int = 0, options: MetisOptions = MetisOptions()) -> Placement:
+    imbalance, acyclic = options.imbalance, options.acyclic
     units = colocation_units(graph)
     part = metis_parts(graph, cluster, units, seed=seed, imbalance=imbalance)
     if not acyclic:
-        return Placement(devices=part[units], options={"imbalance": imbalance, "acyclic": False})
+        return Placement(devices=part[units])
     columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
     weights = [np.bincount(units, weights=graph.compute_us[:, columns].mean(axis=1)),
                np.bincount(units, weights=graph.persistent_bytes + graph.output_bytes + graph.temp_bytes)]
     initial, position = acyclic_repair(graph, units, part, cluster.n_devices, weights)
     moved = int(np.count_nonzero(position != initial))
-    return Placement(devices=position[units], options={"imbalance": imbalance, "units_moved_by_repair": moved})
+    return Placement(devices=position[units], options={"units_moved_by_repair": moved})

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from devplace.placers import register
+from devplace.placers import NO_OPTIONS, register
 from devplace.transforms.coplacement import colocation_units
 
 
 @register("random", "each op (colocation group) on a uniformly random device; seeded")
-def place(graph, cluster, *, seed: int = 0) -> np.ndarray:
+def place(graph, cluster, *, seed: int = 0, options=NO_OPTIONS) -> np.ndarray:
     units = colocation_units(graph)
     rng = np.random.default_rng(seed)
     n_units = int(units.max()) + 1 if graph.n_ops else 0

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from devplace.placers import register
+from devplace.placers import NO_OPTIONS, register
 from devplace.transforms.coplacement import colocation_units
 
 
 @register("round-robin", "op i on device i mod D (colocation groups kept whole); a naive baseline")
-def place(graph, cluster, *, seed: int = 0) -> np.ndarray:
+def place(graph, cluster, *, seed: int = 0, options=NO_OPTIONS) -> np.ndarray:
     units = colocation_units(graph)
     first_op = np.full(units.max() + 1 if graph.n_ops else 0, graph.n_ops, dtype=np.int64)
     np.minimum.at(first_op, units, np.arange(graph.n_ops))

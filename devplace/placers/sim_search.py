@@ -29,7 +29,7 @@ machine's speed; ``options['stopped_by']`` says which).
 >>> b = GraphBuilder(["gpu"])
 >>> for name in "abcd":
 ...     _ = b.add_op(name, compute_us=100.0)
->>> p = place(b.build(), uniform_cluster(4), max_evals=50, quiet=True)
+>>> p = place(b.build(), uniform_cluster(4), options=SearchConfig(max_evals=50, quiet=True))
 >>> sorted(p.devices.tolist())          # four independent ops: one per device
 [0, 1, 2, 3]
 """
@@ -39,18 +39,19 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from devplace.errors import DevplaceError, OutOfMemoryError, PlacementError
+from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.placement import Placement
 from devplace.placers import register
+from devplace.placers.options import option
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
     Units, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, upward_rank_us, with_colocation,
 )
-from devplace.sim import simulator_for
+from devplace.sim import Simulator
 
 NAME = "sim-search"
 GIB = 2**30
@@ -58,50 +59,38 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """Every knob of the search, in the order the search uses them. Override any as a place() option."""
+    """Every knob of the search, in the order the search uses them; each is a place() option."""
 
-    # seeds: ALGO or ALGO+opt (co-placement + fusion); costly ones only on graphs up to a size
-    seeds: tuple = ("single", "expert", "m-topo", "m-etf", "heft", "m-sct", "metis", "round-robin", "random",
-                    "m-topo+opt", "m-etf+opt", "m-sct+opt", "heft+opt", "metis+opt", "metis+fwd")
-    max_ops_raw: int = 6000          # seeds on the full graph only up to this many ops (else +opt only)
-    max_ops_costly: int = 3000       # m-SCT and HEFT on the full graph only up to this many ops
-    # stopping: an evaluation count by default, so results are reproducible
-    max_evals: int = 2000            # simulator calls in the local search
-    time_budget_s: float | None = 60.0  # wall-clock cap on the whole placement (None: none)
-    # annealing: accept a move d% slower with probability exp(-d / temperature%)
-    temperature_start: float = 0.01  # relative to the best step time
-    temperature_end: float = 0.0002
-    restart_after: int = 250         # evals without a new best -> continue from the best
-    # moves (relative weights) and where they look
-    move_weights: tuple = (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0))
-    critical_share: float = 0.6      # chance a move starts from a unit on the critical path
-    coarse_share: float = 0.5        # chance a move acts on co-placement groups rather than colocation units
-    coarse_units: str = "coplacement"  # or "leaders" (forward op + its backward ops), or "auto": leaders when one
-                                       # co-placement group holds over half the ops (GNMT at 30%, seeds 0 and 1:
-                                       # 413 and 349 ms against 390 and 330 ms with "coplacement")
-    run_max_units: int = 16          # longest run of units a "run" move shifts
-    # schedule order
-    reorder_every: int = 100         # evals between tries of other schedule orders
-    # tight memory: pipeline starts, and a repair phase when no start fits
-    pipeline_starts: bool = True     # forward pass cut into consecutive stages (backward ops follow) as starts
-    pipeline_rebalance: int = 3      # cuts per stage count, each re-weighting a stage by its simulated peak
-    repair_max_evals: int = 1000     # simulator calls to remove the overflow when no start fits
-    repair_patience: int = 150       # evals without less overflow -> repair the next start instead
-    repair_starts: int = 3           # how many of the least-overflowing starts the repair may try
-    repair_run_share: float = 0.5    # chance a repair move shifts a run of groups at a stage's edge
-    repair_run_fraction: float = 0.25  # longest run: this share of the overflowing device's groups
-    # output
-    quiet: bool = False              # one line per new best on stderr unless quiet
-
-
-def _config(options: dict) -> SearchConfig:
-    known = {f.name for f in fields(SearchConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise PlacementError(f"{NAME} has no option {', '.join(map(repr, unknown))}: use {', '.join(sorted(known))}")
-    if "seeds" in options:
-        options = options | {"seeds": tuple(options["seeds"])}
-    return replace(SearchConfig(), **options)
+    seeds: tuple[str, ...] = option(
+        ("single", "expert", "m-topo", "m-etf", "heft", "m-sct", "metis", "round-robin", "random",
+         "m-topo+opt", "m-etf+opt", "m-sct+opt", "heft+opt", "metis+opt", "metis+fwd"),
+        "placers whose placements start the search: ALGO or ALGO+opt / ALGO+fwd")
+    max_ops_raw: int = option(6000, "seeds run on the full graph only up to this many ops (else +opt only)")
+    max_ops_costly: int = option(3000, "m-SCT and HEFT run on the full graph only up to this many ops")
+    max_evals: int = option(2000, "simulator calls in the local search (the budget; makes results reproducible)")
+    time_budget_s: float | None = option(60.0, "wall-clock cap on the whole placement in seconds (None: none)")
+    temperature_start: float = option(0.01, "annealing: accept a move d% slower with probability "
+                                            "exp(-d / temperature%), relative to the best step time, at the start")
+    temperature_end: float = option(0.0002, "annealing temperature at the end of the budget")
+    restart_after: int = option(250, "evals without a new best before continuing from the best")
+    move_weights: tuple[tuple[str, float], ...] = option(
+        (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0)),
+        "relative weights of the moves (move, swap, run, pull, unload)")
+    critical_share: float = option(0.6, "chance a move starts from a unit on the critical path")
+    coarse_share: float = option(0.5, "chance a move acts on co-placement groups rather than colocation units")
+    coarse_units: str = option(
+        "coplacement", "coarse units: coplacement groups, leaders (a forward op and its backward ops), or auto "
+        "(leaders when one co-placement group holds over half the ops)", choices=("coplacement", "leaders", "auto"))
+    run_max_units: int = option(16, "longest run of units a run move shifts")
+    reorder_every: int = option(100, "evals between tries of other schedule orders")
+    pipeline_starts: bool = option(True, "try the forward pass cut into consecutive stages as starts")
+    pipeline_rebalance: int = option(3, "cuts per stage count, each re-weighting a stage by its simulated peak")
+    repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
+    repair_patience: int = option(150, "evals without less overflow before repairing the next start")
+    repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")
+    repair_run_share: float = option(0.5, "chance a repair move shifts a run of groups at a stage's edge")
+    repair_run_fraction: float = option(0.25, "longest repair run: this share of the overflowing device's groups")
+    quiet: bool = option(False, "no line per new best on stderr")
 
 
 # ------------------------------------------------------------------------------------- state
@@ -112,7 +101,7 @@ class _Search:
         from devplace.transforms import colocation_units, coplacement_groups
 
         self.graph, self.cluster, self.config = graph, cluster, config
-        self.sim = simulator_for(graph, cluster)
+        self.sim = Simulator(graph, cluster)
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.n_dev = cluster.n_devices
@@ -124,8 +113,6 @@ class _Search:
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True)
-        elif config.coarse_units not in ("auto", "coplacement"):
-            raise PlacementError(f"{NAME}: coarse_units={config.coarse_units!r}: use auto, coplacement or leaders")
         self.memory_is_ample = self._memory_is_ample()
         self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
@@ -496,9 +483,10 @@ def _anneal(search: _Search) -> str:
     return "evals"
 
 
-@register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order")
-def place(graph, cluster, *, seed: int = 0, **options) -> Placement:
-    config = _config(options)
+@register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order",
+          SearchConfig)
+def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig()) -> Placement:
+    config = options
     search = _Search(graph, cluster, config, seed)
     _run_seeds(search)
     _pipeline_starts(search)
@@ -514,6 +502,6 @@ def place(graph, cluster, *, seed: int = 0, **options) -> Placement:
         devices=devices, priority=priority,
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
                  "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how,
-                 "seeds": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
+                 "seed_results": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )

@@ -10,7 +10,6 @@ _ENTRY_POINTS = {
     "SimResult": "devplace.sim.result",
     "Simulator": "devplace.sim.simulator",
     "simulate": "devplace.sim.simulator",
-    "simulator_for": "devplace.sim.simulator",
     "chrome_trace": "devplace.sim.trace",
     "write_chrome_trace": "devplace.sim.trace",
 }

@@ -63,10 +63,10 @@ def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "a
         "op_bytes_written": stats.bytes_written.tolist(),
         "flop_fallback_ops": stats.estimated,
         "total_flops": float(stats.flops.sum()),
-        "capture_seconds": {"trace": round(trace_s, 3), "total": None},
     }
     graph = build_graph(traced, stats, compute, meta)
-    graph.meta["capture_seconds"]["total"] = round(time.perf_counter() - started, 3)
+    graph = graph.with_meta(capture_seconds={"trace": round(trace_s, 3),
+                                             "total": round(time.perf_counter() - started, 3)})
     return (graph, traced) if return_trace else graph
 
 
@@ -75,8 +75,7 @@ def profile_target(target: str, *, cost: str = "roofline", cluster=None, optimiz
     model, example_inputs, loss_fn, targets = load_target(target)
     graph = capture(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, cluster=cluster,
                     targets=targets, **options)
-    graph.meta["source"] = target
-    return graph
+    return graph.with_meta(source=target)
 
 
 __all__ = ["COST_MODELS", "CaptureError", "TracedStep", "capture", "profile_target", "trace_step"]

@@ -1,0 +1,101 @@
+"""One progress hook for long work (searches, training): library code reports, the caller decides how it shows.
+
+Library code never prints. A long-running placer asks ``current()`` for the active reporter and
+tells it what it is doing; by default that reporter is silent, so the Python API stays quiet
+unless asked. The command line installs a rich progress bar with ``reporting(...)``; a Python user
+can install ``LineReporter()`` (one line per update on stderr) or their own ``Reporter`` subclass.
+Free-text messages go through ``logging`` (logger ``devplace``), not through this hook.
+
+>>> seen = []
+>>> class Collect(Reporter):
+...     def update(self, done, *, best_step_us=None, note=""):
+...         seen.append((done, best_step_us))
+>>> with reporting(Collect()):
+...     task = current()
+...     task.begin("search", total=2)
+...     task.update(1, best_step_us=10.0)
+...     task.end()
+>>> seen
+[(1, 10.0)]
+>>> current().update(5)   # silent outside
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+
+class Reporter:
+    """Silent by default: override what you want to see.
+
+    ``begin`` opens a task of ``total`` units (None: unknown), ``update`` says how many are done,
+    with the best step time found so far when there is one, ``end`` closes the task. Tasks may nest
+    (a search whose seeds are placers that report too); a reporter may show only the outermost."""
+
+    def begin(self, task: str, total: int | None = None) -> None:
+        pass
+
+    def update(self, done: int, *, best_step_us: float | None = None, note: str = "") -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class LineReporter(Reporter):
+    """One line per update on stderr (at most one per ``every_s`` seconds, and always the last)."""
+
+    def __init__(self, every_s: float = 1.0, stream=None):
+        self.every_s = every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self._tasks: list[tuple[str, int | None]] = []
+        self._last_shown = 0.0
+
+    def begin(self, task: str, total: int | None = None) -> None:
+        self._tasks.append((task, total))
+
+    def update(self, done: int, *, best_step_us: float | None = None, note: str = "") -> None:
+        now = time.monotonic()
+        if not self._tasks or now - self._last_shown < self.every_s:
+            return
+        self._last_shown = now
+        self.stream.write(_line(*self._tasks[-1], done, best_step_us, note) + "\n")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self._tasks:
+            self._tasks.pop()
+
+
+def _line(task: str, total: int | None, done: int, best_step_us: float | None, note: str) -> str:
+    parts = [f"[{task}] {done}" + (f"/{total}" if total else "")]
+    if best_step_us is not None:
+        parts.append(f"best {best_step_us / 1e3:.3f} ms")
+    if note:
+        parts.append(note)
+    return "  ".join(parts)
+
+
+SILENT = Reporter()
+_current: ContextVar[Reporter] = ContextVar("devplace_progress", default=SILENT)
+
+
+def current() -> Reporter:
+    """The reporter long-running code should tell its progress to (silent unless one is installed)."""
+    return _current.get()
+
+
+@contextmanager
+def reporting(reporter: Reporter):
+    """Install ``reporter`` for the code run inside the ``with`` block."""
+    token = _current.set(reporter)
+    try:
+        yield reporter
+    finally:
+        _current.reset(token)
+
+
+__all__ = ["Reporter", "LineReporter", "SILENT", "current", "reporting"]
