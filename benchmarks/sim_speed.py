@@ -238,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     if args.baseline:
         report["baseline_rev"] = args.baseline
+        report["baseline_commit"] = subprocess.run(["git", "rev-parse", args.baseline], cwd=Path(__file__).parent,
+                                                   check=True, capture_output=True, text=True).stdout.strip()
         report["versus_baseline"] = baseline_rows
     write_text_atomic(args.out, json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
