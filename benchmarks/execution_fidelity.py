@@ -87,7 +87,7 @@ def main() -> None:
     from devplace.execute.schedule import check_against_graph, make_plan
     from devplace.fileio import write_text_atomic
     from devplace.io import save_graph
-    from devplace.placers import place
+    from devplace.portfolio import place
     from devplace.sim import simulate
 
     models = dict(list(MODELS.items())[:2]) if args.quick else MODELS

@@ -35,7 +35,7 @@ def main() -> int:
     from devplace.cluster import load_cluster
     from devplace.execute import prepare, run
     from devplace.fileio import write_text_atomic
-    from devplace.placers import place
+    from devplace.portfolio import place
     from devplace.sim import simulate
 
     cluster = load_cluster(RESULTS / "calibrated-2cpu.toml")

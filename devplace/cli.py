@@ -158,7 +158,7 @@ def parse_scoped_options(pairs: list[str], specs: list[str]) -> dict[str, dict]:
     """``ALGO.key=value`` pairs -> options per row of ``specs``. ALGO is a row as written in
     ``--algos`` (``m-sct+opt``) or a placer, whose every row gets the option (``m-sct`` and
     ``m-sct+opt``); an ALGO with no row in this run is refused, naming the rows."""
-    from devplace.compare import parse_algo
+    from devplace.portfolio import parse_algo
 
     placer_of = {spec: parse_algo(spec)[0] for spec in specs}
     options: dict[str, dict] = {spec: {} for spec in specs}
@@ -287,18 +287,24 @@ def simulate(
 
 @app.command()
 @friendly_errors
-def algos(as_json: bool = typer.Option(False, "--json", help="print JSON")):
-    """List the placing algorithms."""
-    from devplace.placers import available
+def algos(as_json: bool = typer.Option(False, "--json", help="print each placer with its options as JSON")):
+    """List the placing algorithms and the options each takes (`place --option KEY=VALUE`)."""
+    from rich.markup import escape
 
+    from devplace.portfolio import available
+
+    placers = [info.describe() for info in available().values()]
     if as_json:
-        print_json([{"name": name, "summary": info.summary} for name, info in available().items()])
+        print_json(placers)
         return
-    table = Table(title="placers")
-    table.add_column("name")
+    table = Table(title="placers (options: place --option KEY=VALUE)", show_lines=True)
+    table.add_column("name", no_wrap=True)
     table.add_column("what it does")
-    for name, info in available().items():
-        table.add_row(name, info.summary)
+    table.add_column("options (type = default: help)")
+    for placer in placers:
+        options = "\n".join(f"[bold]{o['name']}[/] " + escape(f"({o['type']} = {o['default']!r}): {o['help']}")
+                            for o in placer["options"])
+        table.add_row(placer["name"], placer["summary"], options or "-")
     console.print(table)
 
 
@@ -315,11 +321,13 @@ def place(
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
 ):
     """Place GRAPH on a cluster and write the placement."""
-    from devplace.placers import place as run_placer
+    from devplace.portfolio import place as run_placer
+    from devplace.progress import showing_progress
     from devplace.sim import simulate as run_simulation
 
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
-    placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
+    with showing_progress(err_console):
+        placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
     placement.save(output, graph)
     result = run_simulation(graph, target, placement)
     summary = {
@@ -390,20 +398,19 @@ def compare(
     """Run the placers on one model and compare their simulated step times."""
     from devplace.compare import compare as run_compare
     from devplace.compare import default_algos
+    from devplace.progress import showing_progress
 
     names = [a.strip() for a in algos.split(",") if a.strip()] if algos else default_algos()
     options = parse_scoped_options(option, names)  # a misspelt placer fails before a long capture
     status = err_console if as_json else console
     graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
     finished: list[str] = []
-    with status.status(f"placing with {names[0]} (1/{len(names)})") as spinner:
+    with showing_progress(status):
         def progress(row):
             finished.append(row.algorithm)
             took = f"placed in {row.placement_time_s:.2f} s" if row.placement_time_s is not None else "no placement"
             step = fmt_us(row.step_time_us) if row.step_time_us else "-"
             status.print(f"  [{len(finished)}/{len(names)}] {row.algorithm}: {step} ({took})", highlight=False)
-            if len(finished) < len(names):
-                spinner.update(f"placing with {names[len(finished)]} ({len(finished) + 1}/{len(names)})")
 
         comparison = run_compare(graph, machine, names, seed=seed, options=options, on_row=progress)
     if output is not None:
@@ -438,10 +445,12 @@ def profile(
     from devplace.torchcapture import profile_target
     from devplace.cluster import load_cluster
     from devplace.io import save_graph
+    from devplace.progress import showing_progress
 
-    graph = profile_target(
-        target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
-    )
+    with showing_progress(err_console):
+        graph = profile_target(
+            target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
+        )
     save_graph(graph, output)
     summary = graph.summary()
     if as_json:

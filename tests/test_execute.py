@@ -24,7 +24,7 @@ from devplace.execute.distributed import run_distributed, run_distributed_many  
 from devplace.execute.local import run_local  # noqa: E402
 from devplace.execute.schedule import ANYWHERE, check_against_graph, make_plan  # noqa: E402
 from devplace.placement import Placement  # noqa: E402
-from devplace.placers import place  # noqa: E402
+from devplace.portfolio import place  # noqa: E402
 from devplace.sim import simulate  # noqa: E402
 
 MODELS = {

@@ -636,3 +636,16 @@ def test_placement_files_round_trip_and_bad_ones_are_named(tmp_path):
         Placement.load(tmp_path / "bad.json")
     with pytest.raises(PlacementError, match="does not exist"):
         Placement.load(tmp_path / "missing.json")
+
+
+def test_a_device_filled_to_the_byte_fits_whatever_the_summation_order():
+    """A placer's sum of the same bytes in another order may land a rounding error above the
+    simulator's: that is not out of memory; a byte in a million over is."""
+    b = GraphBuilder(["gpu"])
+    b.add_op("a", compute_us=1.0, persistent_bytes=1000.0)
+    g = b.build()
+    rounding_above = uniform_cluster(1, memory_bytes=1000.0 * (1 - 1e-13))
+    result = simulate(g, rounding_above, [0])
+    assert result.peak_memory_bytes[0] > rounding_above.memory_bytes[0] and result.fits
+    really_over = uniform_cluster(1, memory_bytes=1000.0 * (1 - 1e-6))
+    assert simulate(g, really_over, [0]).oom_devices == [0]

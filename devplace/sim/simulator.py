@@ -20,7 +20,7 @@ from devplace.cluster import Cluster
 from devplace.graph import OpGraph
 from devplace.placement import Placement, as_placement
 from devplace.sim import engine
-from devplace.sim.result import SimResult
+from devplace.sim.result import SimResult, usable_memory_bytes
 
 
 class Simulator:
@@ -111,7 +111,7 @@ def _prepared(graph: OpGraph, cluster: Cluster) -> tuple:
             np.ascontiguousarray(graph.compute_us[:, kind_columns]),
             np.diff(graph.pred_ptr).astype(np.int64),
             graph.topo_rank.astype(np.float64),  # writeable as callers' priorities are: one compiled engine
-            cluster.memory_bytes,
+            usable_memory_bytes(cluster),
         )
         for shared in (arrays[0], arrays[1], arrays[3]):
             shared.flags.writeable = False

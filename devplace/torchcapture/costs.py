@@ -16,6 +16,7 @@ import torch
 
 from devplace.cluster import Cluster
 from devplace.errors import CaptureError
+from devplace.progress import SILENT, current
 
 # Roofline defaults: achieved fraction of peak, and the fixed cost of launching one kernel.
 EFFICIENCY = 0.6
@@ -69,7 +70,8 @@ def measured_us(gm: torch.fx.GraphModule, real_args: list, op_names: list[str], 
         raise CaptureError(f"unknown clock {clock!r}: use one of {', '.join(CLOCKS)}")
     timer = _ReplayTimer(gm, CLOCKS[clock])
     samples: dict[str, list[float]] = {}
-    bar = _progress(warmup + repeats) if progress else None
+    reporter = current() if progress else SILENT   # the caller's progress hook (silent unless installed)
+    reporter.begin("timing ops", total=warmup + repeats)
     try:
         for k in range(warmup + repeats):
             args = [a.clone() if isinstance(a, torch.Tensor) else a for a in real_args]
@@ -78,11 +80,9 @@ def measured_us(gm: torch.fx.GraphModule, real_args: list, op_names: list[str], 
             if k >= warmup:
                 for name, us in timer.times_us.items():
                     samples.setdefault(name, []).append(us)
-            if bar is not None:
-                bar.advance()
+            reporter.update(k + 1)
     finally:
-        if bar is not None:
-            bar.close()
+        reporter.end()
     return np.array([statistics.median(samples[name]) if name in samples else 0.0 for name in op_names])
 
 
@@ -129,26 +129,3 @@ class _ReplayTimer(torch.fx.Interpreter):
     def _free(self, n) -> None:
         for value in self.dying.get(n, ()):
             self.env.pop(value, None)
-
-
-class _progress:
-    """A rich progress bar on stderr, silent when stderr is not a terminal."""
-
-    def __init__(self, total: int):
-        import sys
-
-        self.progress = None
-        if sys.stderr.isatty():
-            from rich.progress import Progress
-
-            self.progress = Progress(transient=True)
-            self.progress.start()
-            self.task = self.progress.add_task("timing ops", total=total)
-
-    def advance(self) -> None:
-        if self.progress is not None:
-            self.progress.advance(self.task)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
