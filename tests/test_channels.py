@@ -2,7 +2,10 @@
 
 Every caller that costs a transfer (the simulator's engine, the list scheduler behind m-ETF and
 m-SCT, HEFT, sim-search's moves) must give the same transfer times and channel holds as the one
-definition: random edges x every communication model x every caller, compared exactly."""
+definition: random edges x every communication model x every caller, compared exactly.
+
+The random graphs have at most one edge between two ops, as captured graphs do: with two, the list
+scheduler's what-if books both while its commit and HEFT book the tensor once."""
 
 import math
 
