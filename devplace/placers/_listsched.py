@@ -74,6 +74,15 @@ def bottom_levels(topo_order, succ_ptr, succ_edge, edge_dst, time_us, edge_us):
     return level
 
 
+@njit(cache=True, inline="always")
+def _earlier_edge_from(u, lo, k, pred_edge, edge_src):
+    """Whether one of the in-edges at positions lo..k-1 comes from op u."""
+    for j in range(lo, k):
+        if edge_src[pred_edge[j]] == u:
+            return True
+    return False
+
+
 @njit(cache=True)
 def _inputs_ready(
     v, d, commit, device, finish, arrival, pred_ptr, pred_edge, edge_src, edge_bytes, edge_fixed_us,
@@ -82,14 +91,16 @@ def _inputs_ready(
     """When all of v's inputs are on device d; with ``commit`` the transfers are booked.
 
     Without ``commit`` they are booked on ``scratch``, a copy of the channel state, so transfers of
-    one op queue behind each other exactly as they would when booked."""
+    one op queue behind each other exactly as they would when booked. A producer joined to v by
+    several edges sends its tensor once, for as long as the longest of them (as the simulator)."""
     n_dev = free_us.shape[1]
     channels = free_us
     if not commit:
         scratch[:, :] = free_us
         channels = scratch
+    lo, hi = pred_ptr[v], pred_ptr[v + 1]
     ready = 0.0
-    for k in range(pred_ptr[v], pred_ptr[v + 1]):
+    for k in range(lo, hi):
         e = pred_edge[k]
         u = edge_src[e]
         du = device[u]
@@ -97,8 +108,16 @@ def _inputs_ready(
             t = finish[u]
         elif arrival[u * n_dev + d] >= 0.0:
             t = arrival[u * n_dev + d]
+        elif _earlier_edge_from(u, lo, k, pred_edge, edge_src):
+            continue  # its transfer is booked and counted in ready already
         else:
             duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, d], bandwidth[du, d])
+            for j in range(k + 1, hi):
+                f = pred_edge[j]
+                if edge_src[f] == u:
+                    longer, longer_delay = transfer_us(edge_bytes[f], edge_fixed_us[f], latency_us[du, d], bandwidth[du, d])
+                    if longer > duration:
+                        duration, delay = longer, longer_delay
             t = book(model, channels, du, d, finish[u], duration, delay) + duration
             if commit and duration > 0.0:
                 arrival[u * n_dev + d] = t
