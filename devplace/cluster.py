@@ -37,9 +37,7 @@ import numpy as np
 
 from devplace.errors import ClusterError
 from devplace.frozen import FrozenDict, freeze, read_only_array, set_read_only_state
-
-COMM_MODELS = ("parallel", "sequential", "duplex", "pipelined")
-COMM_MODEL_CODES = {name: i for i, name in enumerate(COMM_MODELS)}
+from devplace.sim.channels import COMM_MODEL_CODES, COMM_MODELS
 
 
 @dataclass(frozen=True)
