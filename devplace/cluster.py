@@ -37,6 +37,7 @@ import numpy as np
 
 from devplace.errors import ClusterError
 from devplace.frozen import FrozenDict, freeze, read_only_array, set_read_only_state
+from devplace.sim import channels
 from devplace.sim.channels import COMM_MODEL_CODES, COMM_MODELS
 
 
@@ -149,12 +150,12 @@ class Cluster:
 
     def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
         """Time from sending ``nbytes`` on ``src`` until a consumer on ``dst`` can use them, link and
-        devices idle: the message latency (link and both devices' overheads) plus bytes / bandwidth."""
+        devices idle, as the simulator and the placers cost it (``sim.channels.transfer_us``): the
+        message latency (link and both devices' overheads) plus bytes / bandwidth; 0 for no bytes."""
         if src == dst:
             return 0.0
-        # element by element: HEFT calls this per edge, and message_latency_us builds a whole matrix
-        fixed = self.latency_us[src, dst] + self.send_overhead_us[src, dst] + self.recv_overhead_us[src, dst]
-        return float(fixed + nbytes / self.bandwidth_bytes_per_us[src, dst])
+        latency = self.latency_us[src, dst] + self.send_overhead_us[src, dst] + self.recv_overhead_us[src, dst]
+        return float(channels.transfer_us(float(nbytes), math.nan, latency, self.bandwidth_bytes_per_us[src, dst])[0])
 
     def with_memory_fraction(self, fraction: float) -> "Cluster":
         """The same cluster with every device's memory scaled, as Baechi's 30% experiments."""

@@ -35,7 +35,8 @@ def test_baechi_preset_matches_baechi_code():
     c = load_cluster("baechi-4x2080")
     assert (c.n_devices, c.comm_model, c.op_gap_us) == (4, "sequential", 0.0)
     assert (c.memory_bytes == 8 * 2**30).all()
-    for nbytes in (0, 1, 10**6, 123456789):
+    assert c.transfer_us(1, 3, 0) == 0.0  # no bytes, no message: a pure ordering edge (as the simulator)
+    for nbytes in (1, 10**6, 123456789):
         assert c.transfer_us(1, 3, nbytes) == pytest.approx(0.0001754 * nbytes + 134, rel=1e-12)
 
 
@@ -72,7 +73,7 @@ def test_cluster_cannot_change_after_it_is_made():
     c = Cluster("c", [Device("a", "gpu", 1e9), Device("b", "gpu", 1e9)], "parallel", latency,
                 np.full((2, 2), 1e3), meta={"calibration": {"links": [{"latency_us": 3.0}]}})
     latency[0, 1] = 99.0  # the caller's array was copied
-    assert c.latency_us[0, 1] == 3.0 and c.transfer_us(0, 1, 0.0) == 3.0
+    assert c.latency_us[0, 1] == 3.0 and c.transfer_us(0, 1, 8.0) == 3.0 + 8e-3
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.name = "renamed"
     with pytest.raises(dataclasses.FrozenInstanceError):
