@@ -394,8 +394,8 @@ def compare(
 def profile(
     target: str = typer.Argument(..., help="zoo:NAME[:key=value,...] or path/to/file.py:function"),
     output: Path = typer.Option(..., "--output", "-o", help="where to write the graph JSON"),
-    cost: str = typer.Option("roofline", "--cost", help="measured (time each op here) or roofline (from --cluster specs)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses"),
+    cost: str = typer.Option("roofline", "--cost", help="roofline (from --cluster's device specs, the default) or measured (time each op here)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses (needed for roofline)"),
     optimizer: str = typer.Option("adam", "--optimizer", help="optimizer whose update is captured"),
 ):
     """Capture a model's training step as an operator graph."""
@@ -409,6 +409,8 @@ def profile(
     save_graph(graph, output)
     summary = graph.summary()
     console.print(f"captured {summary['ops']} ops, {summary['edges']} edges ({summary['roles']}); written to {output}")
+    for note in graph.meta.get("cost_notes", []):
+        err_console.print(f"note: {note}", highlight=False)
 
 
 @app.command()

@@ -14,7 +14,7 @@ from torch import nn  # noqa: E402
 
 import devplace as dp  # noqa: E402
 from devplace.torchcapture import capture, profile_target  # noqa: E402
-from devplace.torchcapture.costs import LAUNCH_US  # noqa: E402
+from devplace.costing import LAUNCH_US  # noqa: E402
 from devplace.cluster import cluster_from_dict  # noqa: E402
 from devplace.errors import CaptureError, DevplaceError  # noqa: E402
 from devplace.graph import Role  # noqa: E402
@@ -290,7 +290,7 @@ def test_errors_are_one_clear_sentence():
     # the scope hooks are gone even though tracing failed inside a module
     assert not any(m._forward_pre_hooks or m._forward_hooks for m in gated.modules())
     assert "nn_module_stack" not in torch.fx.traceback.current_meta
-    with pytest.raises(CaptureError, match="peak_tflops"):
+    with pytest.raises(DevplaceError, match="peak_tflops"):
         capture(model, x, mse, cost="roofline", cluster=dp.cluster.uniform_cluster(2))
     assert issubclass(CaptureError, DevplaceError)
 

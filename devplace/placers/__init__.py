@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from devplace.costing import costed_for
 from devplace.errors import OutOfMemoryError, PlacementError
 from devplace.placement import Placement, graph_fingerprint
 from devplace.placers.options import NO_OPTIONS, NoOptions, describe_options, parse_options
@@ -93,6 +94,7 @@ def place(
     expanded back, and the check runs on the original graph. ``options['coarse_ops']`` records the
     size of the graph the placer saw.
     """
+    graph = costed_for(graph, cluster)  # times for this cluster's devices (re-costed or refused)
     placers = available()
     if algo not in placers:
         raise PlacementError(f"no placer named {algo!r}: use one of {', '.join(placers)}")

@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 
 from devplace.cluster import Cluster
+from devplace.costing import costed_for
 from devplace.graph import OpGraph
 from devplace.placement import Placement, as_placement
 from devplace.sim import engine
@@ -27,7 +28,7 @@ class Simulator:
     """A graph bound to a cluster; ``run`` simulates one placement."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster):
-        self.graph = graph
+        self.graph = graph = costed_for(graph, cluster)  # times for this cluster's devices
         self.cluster = cluster
         kind_columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
         self.op_time_us = np.ascontiguousarray(graph.compute_us[:, kind_columns])

@@ -75,3 +75,12 @@ def node_bytes(node: torch.fx.Node) -> tuple[float, float]:
     read = sum(tensor_bytes(t) for t in tensors_in(list(args)) + tensors_in(list(kwargs.values())))
     written = sum(tensor_bytes(t) for t in tensors_in(node.meta.get("val")))
     return float(read), float(written)
+
+
+def node_dtype(node: torch.fx.Node) -> str:
+    """The dtype an op computes in, which picks its roofline peak: its first floating-point operand's
+    (a matmul's inputs, not an fp32-accumulating output), else its output's."""
+    args, kwargs = _tensor_args(node)
+    tensors = tensors_in(list(args)) + tensors_in(list(kwargs.values())) + tensors_in(node.meta.get("val"))
+    chosen = next((t for t in tensors if t.is_floating_point()), tensors[0] if tensors else None)
+    return str(chosen.dtype).removeprefix("torch.") if chosen is not None else ""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from devplace.torchcapture.flops import node_bytes, node_flops, op_name
+from devplace.torchcapture.flops import node_bytes, node_dtype, node_flops, op_name
 from devplace.torchcapture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
 from devplace.torchcapture.trace import TracedStep, _phase, mirror_of, scope_of
 from devplace.graph import GraphBuilder, OpGraph, Role
@@ -45,6 +45,7 @@ class OpStats:
     bytes_read: np.ndarray
     bytes_written: np.ndarray
     has_kernel: np.ndarray  # False for placeholders and pure aliasing ops (views)
+    dtypes: list[str]  # the dtype an op computes in ("float32", "bfloat16", ...; "" without a kernel)
     estimated: list[str]  # op kinds whose FLOPs are shape estimates
 
     @property
@@ -58,6 +59,7 @@ def op_stats(traced: TracedStep) -> OpStats:
     n = len(nodes)
     flops, read, written = np.zeros(n), np.zeros(n), np.zeros(n)
     kernel = np.zeros(n, dtype=bool)
+    dtypes = [""] * n
     estimated: set[str] = set()
     for i, node in enumerate(nodes):
         if node.op == "placeholder":
@@ -71,7 +73,8 @@ def op_stats(traced: TracedStep) -> OpStats:
         if guessed:
             estimated.add(op_name(node.target))
         read[i], written[i] = node_bytes(node)
-    return OpStats(nodes, flops, read, written, kernel, sorted(estimated))
+        dtypes[i] = node_dtype(node)
+    return OpStats(nodes, flops, read, written, kernel, dtypes, sorted(estimated))
 
 
 def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict) -> OpGraph:

@@ -61,37 +61,46 @@ def _initial_state(params: list[torch.Tensor], optimizer: str) -> list[torch.Ten
 STATE_NAMES = {"adam": ("step", "exp_avg", "exp_avg_sq"), "adamw": ("step", "exp_avg", "exp_avg_sq")}
 
 
+# Non-tensor values a model may be called with; they are constants of the traced step.
+CONSTANTS = (type(None), bool, int, float)
+INPUT_FORMS = ("a tensor, a tuple of positional inputs or a dict of keyword inputs "
+               "(tensors, or None/int/float/bool constants), e.g. {'input_ids': ids, 'attention_mask': None}")
+
+
 def _flat_inputs(example_inputs) -> tuple[list, callable]:
-    """(tensor list, rebuild) for a tensor, a tuple/list of tensors or a dict of keyword tensors."""
+    """(the tensors, rebuild(tensors) -> (args, kwargs)) for the inputs a model is called with:
+    a tensor, a tuple/list of positional inputs or a dict of keyword inputs. Tensors become graph
+    inputs; constants (None, ints, bools, ...) stay fixed in the traced step."""
     if isinstance(example_inputs, torch.Tensor):
         return [example_inputs], lambda xs: ((xs[0],), {})
     if isinstance(example_inputs, (tuple, list)):
-        items = list(example_inputs)
-        _check_input_types(items, "example_inputs")
-        return items, lambda xs: (tuple(xs), {})
-    if isinstance(example_inputs, dict):
-        keys = list(example_inputs)
-        _check_input_types([example_inputs[k] for k in keys], "example_inputs")
-        return [example_inputs[k] for k in keys], lambda xs: ((), dict(zip(keys, xs)))
-    raise CaptureError(
-        f"example_inputs must be a tensor, a tuple/list of tensors or a dict of tensors, "
-        f"not {type(example_inputs).__name__}"
-    )
+        positional, keyword = list(example_inputs), {}
+    elif isinstance(example_inputs, dict):
+        positional, keyword = [], dict(example_inputs)
+    else:
+        raise CaptureError(f"example_inputs is a {type(example_inputs).__name__}: give {INPUT_FORMS}")
+    for where, value in [*((f"[{i}]", v) for i, v in enumerate(positional)), *((f"[{k!r}]", v) for k, v in keyword.items())]:
+        if not isinstance(value, (torch.Tensor, *CONSTANTS)):
+            raise CaptureError(f"example_inputs{where} is a {type(value).__name__}: give {INPUT_FORMS}")
+    tensors = [v for v in [*positional, *keyword.values()] if isinstance(v, torch.Tensor)]
+
+    def rebuild(xs):
+        supply = iter(xs)
+        fill = lambda v: next(supply) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        return tuple(fill(v) for v in positional), {k: fill(v) for k, v in keyword.items()}
+
+    return tensors, rebuild
 
 
 def _flat_targets(targets) -> list:
     items = [targets] if isinstance(targets, torch.Tensor) else list(targets or ())
-    _check_input_types(items, "targets")
-    return items
-
-
-def _check_input_types(items: list, where: str) -> None:
     for i, x in enumerate(items):
         if not isinstance(x, torch.Tensor):
             raise CaptureError(
-                f"{where}[{i}] is a {type(x).__name__}: every model input must be a torch.Tensor "
-                f"(bind other arguments into the model or loss function)"
+                f"targets[{i}] is a {type(x).__name__}: targets must be tensors "
+                f"(bind other arguments into the loss function)"
             )
+    return items
 
 
 def _make_optimizer(name: str, params: list[torch.Tensor]):

@@ -1,0 +1,93 @@
+"""Costs know where they came from: the devices a graph was costed for, re-costing for others, dtype peaks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import devplace as dp  # noqa: E402
+from devplace.cluster import cluster_from_dict  # noqa: E402
+from devplace.costing import EFFICIENCY, LAUNCH_US  # noqa: E402
+from devplace.errors import CaptureError, ClusterError  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def mse(out):
+    return out.float().square().mean()
+
+
+def mlp(dtype=torch.float32):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32)).to(dtype)
+    return model, torch.randn(16, 64, dtype=dtype)
+
+
+def test_default_cost_is_roofline_for_a_named_cluster():
+    model, x = mlp()
+    g = dp.capture(model, x, mse, cluster="baechi-4x2080")
+    assert g.meta["cost_model"] == "roofline" and g.device_kinds == ["gpu"]
+    assert g.meta["costed_for"]["gpu"]["model"] == "RTX 2080"
+    with pytest.raises(CaptureError, match="cost='roofline' \\(the default\\) needs a cluster.*cost='measured'"):
+        dp.capture(model, x, mse)
+
+
+def test_a_graph_placed_on_other_devices_is_recosted_from_its_flops():
+    model, x = mlp()
+    g2080 = dp.capture(model, x, mse, cluster="baechi-4x2080")
+    direct = dp.capture(model, x, mse, cluster="dgx1-8xv100")
+    v100 = dp.load_cluster("dgx1-8xv100")
+    one = [0] * g2080.n_ops
+    on_v100 = dp.simulate(g2080, v100, one).step_time_us
+    assert on_v100 == pytest.approx(dp.simulate(direct, v100, one).step_time_us, rel=1e-12)
+    assert on_v100 < dp.simulate(g2080, dp.load_cluster("baechi-4x2080"), one).step_time_us
+    p = dp.place(g2080, v100, algo="single")
+    assert p.devices.tolist() == one
+    # the same devices (a preset scaled in memory) keep the graph's own times
+    from devplace.costing import costed_for
+    assert costed_for(g2080, dp.load_cluster("baechi-4x2080").with_memory_fraction(0.5)) is g2080
+    recosted = costed_for(g2080, v100)
+    assert recosted.meta["costed_for"]["gpu"]["model"] == "V100 16 GB"
+    assert recosted.meta["recosted_from"]["gpu"]["model"] == "RTX 2080"
+    np.testing.assert_array_equal(recosted.compute_us, direct.compute_us)
+
+
+def test_a_measured_graph_is_refused_on_a_named_other_device():
+    model, x = mlp()
+    g = dp.capture(model, x, mse, cost="measured", repeats=1, progress=False)
+    assert g.meta["costed_for"]["cpu"]["model"].startswith("this machine's CPU")
+    # a cpu device that names no model is taken to be this machine
+    dp.simulate(g, dp.cluster.uniform_cluster(1, kind="cpu"), [0] * g.n_ops)
+    other = cluster_from_dict({"name": "xeon", "devices": [{"kind": "cpu", "model": "Xeon 8480", "memory_gib": 64}]})
+    with pytest.raises(ClusterError, match="measured on this machine's CPU.*Xeon 8480.*devplace profile"):
+        dp.simulate(g, other, [0] * g.n_ops)
+
+
+def test_same_kind_devices_that_differ_are_refused():
+    model, x = mlp()
+    mixed = cluster_from_dict({
+        "name": "mixed", "devices": [
+            {"name": "a", "kind": "gpu", "model": "A", "memory_gib": 8, "peak_tflops": 10, "memory_bandwidth_gbps": 400},
+            {"name": "b", "kind": "gpu", "model": "B", "memory_gib": 8, "peak_tflops": 20, "memory_bandwidth_gbps": 900}],
+        "links": {"default": {"latency_us": 1, "bandwidth_bytes_per_us": 1e4}}})
+    with pytest.raises(ClusterError, match="'a' and 'b'.*both of kind 'gpu'.*different kinds"):
+        dp.capture(model, x, mse, cluster=mixed)
+
+
+def test_bf16_ops_use_the_tensor_core_peak_and_a_device_without_one_is_said_so():
+    model, x = mlp(torch.bfloat16)
+    h100 = dp.capture(model, x, mse, cluster="8xh100-nvlink")
+    assert "bfloat16" in h100.meta["op_dtype"] and not h100.meta["cost_notes"]
+    dev = dp.load_cluster("8xh100-nvlink").devices[0]
+    flops = np.asarray(h100.meta["op_flops"])
+    moved = np.asarray(h100.meta["op_bytes_read"]) + np.asarray(h100.meta["op_bytes_written"])
+    bf16 = (np.asarray(h100.meta["op_dtype"]) == "bfloat16") & (flops > 0)
+    expected = np.maximum(flops / dev.peak_flops_bf16, moved / dev.memory_bandwidth_bytes_per_s) / EFFICIENCY * 1e6
+    np.testing.assert_allclose(h100.compute_us[bf16, 0] - LAUNCH_US["gpu"], expected[bf16], rtol=1e-9)
+    v100 = dp.capture(model, x, mse, cluster="dgx1-8xv100")
+    assert any("has no bfloat16 peak" in note for note in v100.meta["cost_notes"])
+    fp32 = dp.capture(*mlp(), mse, cluster="8xh100-nvlink")
+    assert set(fp32.meta["op_dtype"]) <= {"float32", "int64", ""}
