@@ -158,11 +158,21 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ):
     """Summarise an operator graph: ops, edges, roles, memory, compute."""
+    import numpy as np
+
     graph, _ = load_graph_and_cluster(graph_path, cluster, need_cluster=False)
     summary = graph.summary()
-    fallback = graph.meta.get("flop_fallback_ops")
-    if fallback is not None:
-        summary["flop_fallback_ops"] = fallback
+    meta = graph.meta
+    if "cost_model" in meta:
+        summary["cost_model"] = meta["cost_model"]
+    if meta.get("costed_for"):
+        summary["costed_for"] = {kind: spec.get("model", "") for kind, spec in meta["costed_for"].items()}
+    fallback = meta.get("flop_fallback_ops")
+    if fallback is not None and "op_flops" in meta:
+        flops = np.asarray(meta["op_flops"], dtype=float)
+        guessed = np.isin(np.asarray(graph.kinds, dtype=object), list(fallback))
+        summary["flop_fallback"] = {"kinds": fallback, "ops": int(guessed.sum()),
+                                    "flops_share": float(flops[guessed].sum() / flops.sum()) if flops.sum() else 0.0}
     if as_json:
         print_json(summary)
         return
@@ -175,11 +185,15 @@ def info(
     table.add_row("output bytes (sum)", fmt_bytes(summary["output_bytes"]))
     for kind, total in summary["total_compute_us"].items():
         table.add_row(f"compute on one {kind}", fmt_us(total))
+    if "cost_model" in summary:
+        devices = ", ".join(f"{k}: {m or 'unnamed'}" for k, m in summary.get("costed_for", {}).items())
+        table.add_row("costs", summary["cost_model"] + (f" for {devices}" if devices else ""))
     if summary["fixed_cost_edges"]:
         table.add_row("edges with fixed transfer time", str(summary["fixed_cost_edges"]))
-    if fallback:
-        shown = ", ".join(sorted(set(fallback))[:10])
-        table.add_row("FLOPs estimated from shapes", f"{len(fallback)} ops ({shown})")
+    if summary.get("flop_fallback", {}).get("ops"):
+        est = summary["flop_fallback"]
+        shown = ", ".join(est["kinds"][:10])
+        table.add_row("FLOPs estimated from shapes", f"{est['ops']} ops, {est['flops_share']:.2%} of FLOPs ({shown})")
     console.print(table)
 
 
