@@ -91,3 +91,35 @@ def test_bf16_ops_use_the_tensor_core_peak_and_a_device_without_one_is_said_so()
     assert any("has no bfloat16 peak" in note for note in v100.meta["cost_notes"])
     fp32 = dp.capture(*mlp(), mse, cluster="8xh100-nvlink")
     assert set(fp32.meta["op_dtype"]) <= {"float32", "int64", ""}
+
+
+class Cumulative(nn.Module):
+    """A linear layer and a cumulative product: an op with no FLOP formula (shape estimate)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.cumprod(self.fc(x), dim=-1)
+
+
+def test_info_reports_fallback_ops_as_ops_and_share_of_flops(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    g = dp.capture(Cumulative(), torch.randn(8, 64), mse, cluster="baechi-4x2080")
+    assert "cumprod" in g.meta["flop_fallback_ops"]
+    path = tmp_path / "g.json"
+    dp.save_graph(g, path)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "devplace.cli", "info", str(path), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=120, check=True).stdout
+    data = json.loads(run("--json"))
+    guessed = [i for i, k in enumerate(g.kinds) if k in g.meta["flop_fallback_ops"]]
+    flops = np.asarray(g.meta["op_flops"])
+    assert data["flop_fallback"]["ops"] == len(guessed) >= 1
+    assert data["flop_fallback"]["flops_share"] == pytest.approx(flops[guessed].sum() / flops.sum())
+    assert data["costed_for"] == {"gpu": "RTX 2080"} and data["cost_model"] == "roofline"
+    text = run()
+    assert f"{len(guessed)} ops, {flops[guessed].sum() / flops.sum():.2%} of FLOPs (cumprod" in text
