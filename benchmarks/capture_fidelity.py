@@ -66,7 +66,7 @@ def measure(target: str, *, steps: int, repeats: int, rounds: int, clock: str) -
     load_before = os.getloadavg()[0]
     for _ in range(rounds):
         started = time.perf_counter()
-        graph = dp.capture(model, tuple(inputs), loss_fn, cost="measured", targets=targets, repeats=repeats,
+        graph = dp.capture(model, tuple(inputs), loss_fn, cost="measured", update="per-parameter", targets=targets, repeats=repeats,
                            progress=False, clock=clock)
         captures.append(time.perf_counter() - started)
         sims.append(dp.simulate(graph, cluster, [0] * graph.n_ops).step_time_us)

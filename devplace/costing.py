@@ -51,9 +51,11 @@ def kind_devices(cluster: Cluster) -> dict[str, Device]:
     return first
 
 
-def roofline_us(flops: np.ndarray, bytes_moved: np.ndarray, has_kernel: np.ndarray, dtypes: list[str],
+def roofline_us(flops: np.ndarray, bytes_moved: np.ndarray, launches: np.ndarray, dtypes: list[str],
                 cluster: Cluster, *, kinds: "list[str] | None" = None) -> tuple[dict[str, np.ndarray], list[str]]:
-    """(one time column per device kind of ``cluster`` (or of ``kinds``), notes on missing peaks)."""
+    """(one time column per device kind of ``cluster`` (or of ``kinds``), notes on missing peaks).
+
+    ``launches``: kernel launches per op (0 for views, a share for a piece of a multi-tensor kernel)."""
     columns: dict[str, np.ndarray] = {}
     notes: list[str] = []
     dtype_array = np.asarray(dtypes, dtype=object)
@@ -76,7 +78,7 @@ def roofline_us(flops: np.ndarray, bytes_moved: np.ndarray, has_kernel: np.ndarr
                 notes.append(f"device {dev.name!r} ({dev.model or dev.kind}) has no {dtype} peak: "
                              f"its {int(uses.sum())} {dtype} ops are costed at the fp32 peak")
         seconds = np.maximum(flops / peak, bytes_moved / dev.memory_bandwidth_bytes_per_s) / EFFICIENCY
-        columns[kind] = np.where(has_kernel, seconds * 1e6 + LAUNCH_US.get(kind, DEFAULT_LAUNCH_US), 0.0)
+        columns[kind] = np.where(launches > 0, seconds * 1e6 + launches * LAUNCH_US.get(kind, DEFAULT_LAUNCH_US), 0.0)
     return columns, notes
 
 
@@ -124,8 +126,8 @@ def _recost(graph, cluster: Cluster, kinds: list[str]):
         )
     flops, read, written = (np.asarray(meta[k], dtype=np.float64) for k in ("op_flops", "op_bytes_read", "op_bytes_written"))
     dtypes = meta.get("op_dtype") or ["float32"] * graph.n_ops
-    has_kernel = graph.compute_us.max(axis=1) > 0
-    columns, notes = roofline_us(flops, read + written, has_kernel, dtypes, cluster, kinds=kinds)
+    launches = np.asarray(meta.get("op_launches") or (graph.compute_us.max(axis=1) > 0), dtype=np.float64)
+    columns, notes = roofline_us(flops, read + written, launches, dtypes, cluster, kinds=kinds)
     compute = graph.compute_us.copy()
     for kind, column in columns.items():
         compute[:, graph.kind_index(kind)] = column

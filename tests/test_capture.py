@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import devplace as dp  # noqa: E402
-from devplace.torchcapture import capture, profile_target  # noqa: E402
+from devplace.torchcapture import capture as capture_step, profile_target  # noqa: E402
 from devplace.costing import LAUNCH_US  # noqa: E402
 from devplace.cluster import cluster_from_dict  # noqa: E402
 from devplace.errors import CaptureError, DevplaceError  # noqa: E402
@@ -21,6 +21,12 @@ from devplace.graph import Role  # noqa: E402
 
 pytestmark = pytest.mark.torch
 F32 = 4
+
+
+def capture(*args, **kwargs):
+    """The figures below are worked out for the per-parameter optimizer step (the multi-tensor and
+    fused forms are tested in test_capture_update.py)."""
+    return capture_step(*args, **{"update": "per-parameter", **kwargs})
 
 
 def gpu_cluster(peak_tflops: float, bandwidth_gbps: float = 1e9):

@@ -29,8 +29,8 @@ COST_MODELS = ("roofline", "measured")
 
 
 def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "adam", cost: str = ROOFLINE,
-            cluster=None, *, targets=(), repeats: int = 5, progress: bool = True, clock: str = "wall",
-            return_trace: bool = False, source: str | None = None):
+            cluster=None, *, update: str = "foreach", targets=(), repeats: int = 5, progress: bool = True,
+            clock: str = "wall", return_trace: bool = False, source: str | None = None):
     """The OpGraph of one training step of ``model`` (forward, backward, optimizer update).
 
     ``example_inputs``: what the model is called with: a tensor, a tuple of positional inputs or a
@@ -40,6 +40,9 @@ def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "a
     ``cost="roofline"`` (the default, as ``devplace profile``) times ops from their FLOPs and bytes
     for the devices of ``cluster`` (a preset name, a .toml path or a Cluster) and runs nothing;
     ``cost="measured"`` times every op here (device kind "cpu" or "gpu"; ``cluster`` unused).
+    ``update``: how the optimizer step runs: "foreach" (multi-tensor kernels, PyTorch's default on
+    GPUs), "fused" (one kernel) or "per-parameter" (``foreach=False``, a loop of small ops); the first
+    two become one op per parameter, each charged its share of the kernel launch.
     With ``return_trace`` also returns the ``TracedStep`` (fx graph whose node names are the op names).
     """
     if cost not in COST_MODELS:
@@ -55,12 +58,12 @@ def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "a
     if all(hasattr(model, a) for a in ("model", "example_inputs", "targets", "loss_fn")):
         model, example_inputs, targets, loss_fn = model.model, model.example_inputs, model.targets, model.loss_fn
     started = time.perf_counter()
-    traced = trace_step(model, example_inputs, loss_fn, optimizer, targets=targets)
+    traced = trace_step(model, example_inputs, loss_fn, optimizer, targets=targets, update=update)
     trace_s = time.perf_counter() - started
     stats = op_stats(traced)
     notes: list[str] = []
     if cost == ROOFLINE:
-        compute, notes = roofline_us(stats.flops, stats.bytes_read + stats.bytes_written, stats.has_kernel,
+        compute, notes = roofline_us(stats.flops, stats.bytes_read + stats.bytes_written, stats.launches,
                                      stats.dtypes, cluster)
         costed = {kind: device_spec(dev) for kind, dev in kind_devices(cluster).items()}
     else:
@@ -74,10 +77,12 @@ def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "a
         "costed_for": costed,
         "cost_notes": notes,
         "optimizer": traced.optimizer,
+        "optimizer_update": traced.update,
         "op_flops": stats.flops.tolist(),
         "op_bytes_read": stats.bytes_read.tolist(),
         "op_bytes_written": stats.bytes_written.tolist(),
         "op_dtype": stats.dtypes,
+        "op_launches": stats.launches.tolist(),
         "flop_fallback_ops": stats.estimated,
         "total_flops": float(stats.flops.sum()),
         # total: tracing, FLOP counting and costing; building the OpGraph after it is not included

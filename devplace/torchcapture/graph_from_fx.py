@@ -44,7 +44,7 @@ class OpStats:
     flops: np.ndarray
     bytes_read: np.ndarray
     bytes_written: np.ndarray
-    has_kernel: np.ndarray  # False for placeholders and pure aliasing ops (views)
+    launches: np.ndarray  # kernel launches: 0 for placeholders and views, a piece's share for split updates
     dtypes: list[str]  # the dtype an op computes in ("float32", "bfloat16", ...; "" without a kernel)
     estimated: list[str]  # op kinds whose FLOPs are shape estimates
 
@@ -58,7 +58,7 @@ def op_stats(traced: TracedStep) -> OpStats:
     nodes = [n for n in traced.gm.graph.nodes if is_op_node(n)]
     n = len(nodes)
     flops, read, written = np.zeros(n), np.zeros(n), np.zeros(n)
-    kernel = np.zeros(n, dtype=bool)
+    launches = np.zeros(n)
     dtypes = [""] * n
     estimated: set[str] = set()
     for i, node in enumerate(nodes):
@@ -68,13 +68,13 @@ def op_stats(traced: TracedStep) -> OpStats:
         aliasing = bool(outputs) and storages.new_bytes[node.name] == 0 and not mutated_args(node)
         if aliasing:
             continue
-        kernel[i] = True
+        launches[i] = (node.meta.get("custom") or {}).get("launches", 1.0)
         flops[i], guessed = node_flops(node)
         if guessed:
             estimated.add(op_name(node.target))
         read[i], written[i] = node_bytes(node)
         dtypes[i] = node_dtype(node)
-    return OpStats(nodes, flops, read, written, kernel, dtypes, sorted(estimated))
+    return OpStats(nodes, flops, read, written, launches, dtypes, sorted(estimated))
 
 
 def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict) -> OpGraph:
@@ -114,6 +114,7 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
             edges[(src, dst)] = max(edges.get((src, dst), 0.0), nbytes)
 
     producers = _producer_resolver(is_op)
+    last_writer: dict[int, str] = {}  # storage key -> the op that last wrote it in place
     for node in stats.nodes:
         if node.op == "placeholder":
             continue
@@ -127,10 +128,13 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
             owner = storages.owner.get(key)
             if owner is not None and owner in is_op:
                 add(owner, node.name, 0.0)
+            if key in last_writer:  # an in-place op returning nothing (multi-tensor) has no data edge
+                add(last_writer[key], node.name, 0.0)
         for target in mutated_args(node):
             for t in tensors_in(target.meta.get("val")):
                 for reader in readers.get(storage_key(t), []):
                     add(reader, node.name, 0.0)
+                last_writer[storage_key(t)] = node.name
         for key in read_keys:
             readers.setdefault(key, []).append(node.name)
     for (src, dst), nbytes in edges.items():

@@ -16,6 +16,7 @@ forward node carries the ``seq_nr`` of the Node it created (see ``mirror_of``).
 from __future__ import annotations
 
 import contextlib
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +26,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from devplace.errors import CaptureError
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "none")
+# How the optimizer step runs: multi-tensor kernels over every parameter (PyTorch's default on GPUs),
+# one fused kernel, or a loop over parameters (``foreach=False``; what eager CPU steps compared with
+# capture use). The multi-tensor and fused ops are split into one op per parameter (``split_updates``).
+UPDATES = ("foreach", "fused", "per-parameter")
 
 
 @dataclass
@@ -39,6 +44,7 @@ class TracedStep:
     optimizer: str
     # fx node name of each parameter's gradient (the values autograd.grad returned)
     grad_nodes: dict[str, str] = field(default_factory=dict)
+    update: str = "per-parameter"
 
     def real_args(self, model: torch.nn.Module, example_inputs, targets=()) -> list:
         """Concrete placeholder values: copies of the weights, zero optimizer state, inputs, targets."""
@@ -103,13 +109,14 @@ def _flat_targets(targets) -> list:
     return items
 
 
-def _make_optimizer(name: str, params: list[torch.Tensor]):
+def _make_optimizer(name: str, params: list[torch.Tensor], update: str = "per-parameter"):
+    form = {"foreach": {"foreach": True}, "fused": {"fused": True}}.get(update, {"foreach": False})
     if name == "adam":
-        return torch.optim.Adam(params, foreach=False)
+        return torch.optim.Adam(params, **form)
     if name == "adamw":
-        return torch.optim.AdamW(params, foreach=False)
+        return torch.optim.AdamW(params, **form)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-2, foreach=False)
+        return torch.optim.SGD(params, lr=1e-2, **form)
     raise CaptureError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
 
 
@@ -159,11 +166,15 @@ def scope_of(node: torch.fx.Node) -> str:
     return next(reversed(stack.values()))[0] if stack else ""
 
 
-def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str = "adam", targets=()) -> TracedStep:
+def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str = "adam", targets=(),
+               update: str = "foreach") -> TracedStep:
     """Trace forward + backward + optimizer update of ``model`` on ``example_inputs`` (fake mode).
 
     The loss is ``loss_fn(model_output, *targets)``; targets become graph inputs like the batch.
+    ``update`` is how the optimizer step runs (``UPDATES``).
     """
+    if update not in UPDATES:
+        raise CaptureError(f"unknown optimizer update {update!r}: use one of {', '.join(UPDATES)}")
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     if optimizer is None:
@@ -211,16 +222,7 @@ def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str =
             grads = torch.autograd.grad(loss, params, allow_unused=True)
         if optimizer != "none":
             with torch.no_grad():
-                for i, (name, p, g) in enumerate(zip(param_names, params, grads)):
-                    if g is None:
-                        continue
-                    opt = _make_optimizer(optimizer, [p])
-                    p.grad = g
-                    if n_state:
-                        opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
-                    with fx_traceback.annotate({"phase": "update", "param": name}):
-                        opt.step()
-                    p.grad = None
+                _step(optimizer, update, param_names, params, grads, state, n_state)
         return loss.detach(), [g for g in grads]
 
     fake_args = [*[p.detach() for _, p in model.named_parameters()],
@@ -242,7 +244,37 @@ def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str =
     finally:
         modules.remove()
         model.train(was_training)
-    return _label(gm, param_names, buffer_names, optimizer, n_state, n_in, len(target_list))
+    traced = _label(gm, param_names, buffer_names, optimizer, n_state, n_in, len(target_list))
+    traced.update = update
+    if update != "per-parameter":
+        split_updates(traced)
+    return traced
+
+
+def _step(optimizer: str, update: str, param_names, params, grads, state, n_state: int) -> None:
+    """Trace the optimizer step: per parameter (each op annotated with its parameter), or one
+    multi-tensor/fused step over all parameters with gradients (split per parameter afterwards)."""
+    stepped = []
+    for i, (name, p, g) in enumerate(zip(param_names, params, grads)):
+        if g is not None:
+            p.grad = g
+            stepped.append((i, name, p))
+    if update == "per-parameter":
+        for i, name, p in stepped:
+            opt = _make_optimizer(optimizer, [p])
+            if n_state:
+                opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
+            with fx_traceback.annotate({"phase": "update", "param": name}):
+                opt.step()
+    elif stepped:
+        opt = _make_optimizer(optimizer, [p for _, _, p in stepped], update)
+        for i, _, p in stepped:
+            if n_state:
+                opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
+        with fx_traceback.annotate({"phase": "update"}):
+            opt.step()
+    for _, _, p in stepped:
+        p.grad = None
 
 
 def _check_loss(loss) -> None:
@@ -327,6 +359,62 @@ def _label(gm, param_names, buffer_names, optimizer, n_state, n_inputs, n_target
     grads = out.args[0][1]
     grad_nodes = {name: g.name for name, g in zip(param_names, grads) if isinstance(g, torch.fx.Node)}
     return TracedStep(gm, param_names, buffer_names, info, optimizer, grad_nodes)
+
+
+def split_updates(traced: TracedStep) -> None:
+    """Replace each multi-tensor (``_foreach_*``) and fused (``_fused_*``) update op by one call per
+    parameter on one-element lists, annotated with its parameter and its share of the kernel launch.
+
+    A multi-tensor kernel updates every parameter of one device at once; which parameters share a
+    device is what placement decides, so the graph holds the per-parameter pieces (each placeable with
+    its parameter) and the cost models charge each piece its elements' share of one launch.
+    """
+    gm = traced.gm
+    owner = {name: owner for name, (kind, owner) in traced.placeholder_info.items() if kind in ("param", "state")}
+    owner |= {grad: param for param, grad in traced.grad_nodes.items()}
+    for node in list(gm.graph.nodes):
+        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+        if _phase(node) != "update" or not name.startswith(("_foreach_", "_fused_")):
+            continue
+        lists = [a for a in node.args if isinstance(a, (list, tuple)) and a]
+        n = len(lists[0]) if lists else 0
+        if n < 2 or any(u.target is not operator.getitem for u in node.users):
+            continue
+        sizes = [_numel(lists[0][j]) for j in range(n)]
+        total = sum(sizes) or 1
+        pieces = []
+        for j in range(n):
+            pick = lambda a: [a[j]] if isinstance(a, (list, tuple)) and len(a) == n else a  # noqa: E731
+            with gm.graph.inserting_before(node):
+                piece = gm.graph.call_function(node.target, tuple(pick(a) for a in node.args),
+                                               {k: pick(v) for k, v in node.kwargs.items()})
+            piece.meta = {**node.meta, "custom": {**node.meta["custom"], "launches": sizes[j] / total}}
+            value = node.meta.get("val")
+            piece.meta["val"] = [value[j]] if isinstance(value, (list, tuple)) else value
+            param = next((owner[x.name] for a in lists for x in [a[j]] if isinstance(x, torch.fx.Node) and x.name in owner), None)
+            if param is not None:
+                piece.meta["custom"]["param"] = param
+                owner[piece.name] = param
+            pieces.append(piece)
+        for user in list(node.users):
+            piece = pieces[user.args[1]]
+            user.args = (piece, 0)
+            if piece.name in owner:
+                owner[user.name] = owner[piece.name]
+        gm.graph.erase_node(node)
+    for node in gm.graph.nodes:  # e.g. reading a step count: the parameter its inputs all belong to
+        custom = node.meta.get("custom") or {}
+        if node.op == "call_function" and custom.get("phase") == "update" and "param" not in custom:
+            params = {owner[x.name] for x in node.all_input_nodes if x.name in owner}
+            if len(params) == 1:
+                node.meta["custom"] = {**custom, "param": params.pop()}
+                owner[node.name] = node.meta["custom"]["param"]
+    gm.recompile()
+
+
+def _numel(x) -> int:
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+    return value.numel() if isinstance(value, torch.Tensor) else 1
 
 
 def mirror_of(gm: torch.fx.GraphModule) -> dict[str, str]:
