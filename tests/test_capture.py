@@ -416,7 +416,7 @@ def test_batchnorm_running_stats_are_updated_in_place_and_grouped_with_their_mod
         torch.testing.assert_close(args[first + k], expected, msg=name)
 
 
-def test_flop_formulas_of_cpu_attention_and_rnn_kernels():
+def test_cpu_attention_and_rnn_kernels_are_costed_as_the_gpu_kernels():
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
@@ -429,10 +429,10 @@ def test_flop_formulas_of_cpu_attention_and_rnn_kernels():
     g = capture(Attention(), torch.randn(2, 3, 4), mse, cost="roofline", cluster=gpu_cluster(1.0))
     flops = np.asarray(g.meta["op_flops"])
     forward = 2 * (2 * 2 * 1 * 3 * 3 * 4)  # Q K^T and P V: 2 B H L S E each (B=2, H=1, L=S=3, E=4)
-    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_for_cpu")] == [forward]
+    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention")] == [forward]
     # backward recomputes Q K^T (flash attention keeps no scores), then dV = P^T dO, dP = dO V^T,
     # dQ = dS K, dK = dS^T Q: five products of 2 B H L S E
-    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_for_cpu_backward")] == [5 * forward // 2]
+    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_backward")] == [5 * forward // 2]
 
     lstm = nn.LSTM(3, 5)
     g = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cost="roofline",
@@ -440,9 +440,15 @@ def test_flop_formulas_of_cpu_attention_and_rnn_kernels():
     flops = np.asarray(g.meta["op_flops"])
     tokens = 4 * 2
     forward = 2 * tokens * (4 * 5 * 3 + 4 * 5 * 5)  # 2 FLOPs per weight element (w_ih, w_hh) per token
-    assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer")] == [forward]
-    assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer_backward")] == [2 * forward]
+    assert [flops[i] for i in ops_of(g, "_cudnn_rnn")] == [forward]
+    assert [flops[i] for i in ops_of(g, "_cudnn_rnn_backward")] == [2 * forward]
     assert not {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"} & set(g.meta["flop_fallback_ops"])
+    # costed for GPUs, the CPU-only kernels are named after the ones a GPU runs
+    assert not any("mkldnn" in k or k.endswith("_for_cpu") for k in g.kinds)
+    cpu = cluster_from_dict({"name": "cpu", "devices": [{"kind": "cpu", "memory_gib": 8, "peak_tflops": 1,
+                                                       "memory_bandwidth_gbps": 50}]})
+    on_cpu = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cluster=cpu)
+    assert "mkldnn_rnn_layer" in on_cpu.kinds  # costed for CPUs only: the CPU kernel
 
 
 def test_measured_times_leave_out_the_clocks_own_cost(monkeypatch):

@@ -88,7 +88,7 @@ def capture(model, example_inputs=None, loss_fn=None, optimizer: str | None = "a
         # total: tracing, FLOP counting and costing; building the OpGraph after it is not included
         "capture_seconds": {"trace": round(trace_s, 3), "total": round(time.perf_counter() - started, 3)},
     }
-    graph = build_graph(traced, stats, compute, meta)
+    graph = build_graph(traced, stats, compute, meta, gpu_kernels=cost == ROOFLINE and "gpu" in compute)
     return (graph, traced) if return_trace else graph
 
 

@@ -63,6 +63,15 @@ MATMUL_FORMULAS = {
     "mkldnn_rnn_layer_backward": lambda a, o: _rnn_layer(a, o, factor=2.0),
 }
 
+# Kernels that exist only on the CPU backend -> the op a GPU runs for the same call. A graph costed
+# for GPUs (roofline) names them so; their FLOP formulas above already count the GPU kernel's work.
+GPU_KERNELS = {
+    "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu_backward": "_scaled_dot_product_flash_attention_backward",
+    "mkldnn_rnn_layer": "_cudnn_rnn",
+    "mkldnn_rnn_layer_backward": "_cudnn_rnn_backward",
+}
+
 # FLOPs per element of the op's largest operand or result, from the arithmetic the op does.
 PER_ELEMENT = {
     # softmax: max, subtract, exp, sum, divide; its backward: multiply, sum, subtract

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from devplace.torchcapture.flops import node_bytes, node_dtype, node_flops, op_name
+from devplace.torchcapture.flops import GPU_KERNELS, node_bytes, node_dtype, node_flops, op_name
 from devplace.torchcapture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
 from devplace.torchcapture.trace import TracedStep, _phase, mirror_of, scope_of
 from devplace.graph import GraphBuilder, OpGraph, Role
@@ -77,8 +77,10 @@ def op_stats(traced: TracedStep) -> OpStats:
     return OpStats(nodes, flops, read, written, launches, dtypes, sorted(estimated))
 
 
-def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict) -> OpGraph:
-    """The OpGraph of the traced step with ``compute_us[kind][i]`` for op ``stats.nodes[i]``."""
+def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict,
+                *, gpu_kernels: bool = False) -> OpGraph:
+    """The OpGraph of the traced step with ``compute_us[kind][i]`` for op ``stats.nodes[i]``;
+    ``gpu_kernels``: name CPU-only kernels after the op a GPU runs (``GPU_KERNELS``)."""
     gm = traced.gm
     storages = storage_map(gm)
     groups = _colocation(traced, storages)
@@ -100,8 +102,9 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
             continue
         role = {"forward": Role.FORWARD, "backward": Role.BACKWARD, "update": Role.UPDATE}.get(_phase(node), Role.OTHER)
         mirror = mirrors.get(node.name) if role == Role.BACKWARD else None
+        kind = op_name(node.target)
         builder.add_op(
-            node.name, compute_us=times, kind=op_name(node.target),
+            node.name, compute_us=times, kind=GPU_KERNELS.get(kind, kind) if gpu_kernels else kind,
             output_bytes=float(storages.new_bytes[node.name]), colocation=groups.get(node.name),
             role=role, mirror=mirror if mirror in is_op else None,
         )
