@@ -411,6 +411,8 @@ def profile(
     cost: str = typer.Option("roofline", "--cost", help="roofline (from --cluster's device specs, the default) or measured (time each op here)"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses (needed for roofline)"),
     optimizer: str = typer.Option("adam", "--optimizer", help="optimizer whose update is captured"),
+    update: str = typer.Option("foreach", "--update", help="how the optimizer step runs: foreach (multi-tensor "
+                               "kernels, PyTorch's GPU default), fused or per-parameter"),
 ):
     """Capture a model's training step as an operator graph."""
     from devplace.torchcapture import profile_target
@@ -418,7 +420,8 @@ def profile(
     from devplace.io import save_graph
 
     graph = profile_target(
-        target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
+        target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer,
+        update=update,
     )
     save_graph(graph, output)
     summary = graph.summary()
