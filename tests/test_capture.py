@@ -449,6 +449,10 @@ def test_cpu_attention_and_rnn_kernels_are_costed_as_the_gpu_kernels():
                                                        "memory_bandwidth_gbps": 50}]})
     on_cpu = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cluster=cpu)
     assert "mkldnn_rnn_layer" in on_cpu.kinds  # costed for CPUs only: the CPU kernel
+    # measured: the replay runs in grad mode, where the CPU kernel keeps the workspace its backward reads
+    measured = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cost="measured",
+                       repeats=1, progress=False)
+    assert measured.compute_us[measured.kinds.index("mkldnn_rnn_layer_backward"), 0] > 0
 
 
 def test_measured_times_leave_out_the_clocks_own_cost(monkeypatch):

@@ -42,39 +42,40 @@ pytestmark = pytest.mark.torch
 VOCAB, SEQ, BATCH = 256, 32, 2
 
 
-def _ids(seed=0):
-    return torch.randint(1, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
+def _ids(seed=0, batch=BATCH, seq=SEQ):
+    return torch.randint(1, VOCAB, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
 def _lm_loss(out):
     return out.loss.float()
 
 
-def gpt2():
+def gpt2(layers=2, width=64, batch=BATCH, seq=SEQ):
     """Decoder-only language model."""
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=SEQ,
+    config = transformers.GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=VOCAB, n_positions=seq,
                                      bos_token_id=0, eos_token_id=0)
-    ids = _ids()
+    ids = _ids(0, batch, seq)
     return transformers.GPT2LMHeadModel(config), {"input_ids": ids, "labels": ids}, _lm_loss
 
 
-def bert():
+def bert(layers=2, width=64, batch=BATCH, seq=SEQ):
     """Encoder-only language model (masked LM) with an attention mask."""
     torch.manual_seed(0)
-    config = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=SEQ)
-    ids = _ids()
+    config = transformers.BertConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=4,
+                                     intermediate_size=2 * width, vocab_size=VOCAB, max_position_embeddings=seq)
+    ids = _ids(0, batch, seq)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
     return transformers.BertForMaskedLM(config), inputs, _lm_loss
 
 
-def t5():
+def t5(layers=2, width=64, batch=BATCH, seq=SEQ):
     """Encoder-decoder, called with ``attention_mask=None`` as users do."""
     torch.manual_seed(0)
-    config = transformers.T5Config(d_model=64, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=16,
-                                   vocab_size=VOCAB, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    inputs = {"input_ids": _ids(0), "attention_mask": None, "labels": _ids(1)}
+    config = transformers.T5Config(d_model=width, d_ff=2 * width, num_layers=layers, num_decoder_layers=layers,
+                                   num_heads=4, d_kv=width // 4, vocab_size=VOCAB, decoder_start_token_id=0,
+                                   pad_token_id=0, eos_token_id=1)
+    inputs = {"input_ids": _ids(0, batch, seq), "attention_mask": None, "labels": _ids(1, batch, seq)}
     return transformers.T5ForConditionalGeneration(config), inputs, _lm_loss
 
 
@@ -88,23 +89,24 @@ def mixtral():
     return transformers.MixtralForCausalLM(config).to(torch.bfloat16), {"input_ids": ids, "labels": ids}, _lm_loss
 
 
-def _classifier(model, image_size=32, classes=10):
-    x = torch.randn(BATCH, 3, image_size, image_size, generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(BATCH) % classes
+def _classifier(model, image_size=32, classes=10, batch=BATCH):
+    x = torch.randn(batch, 3, image_size, image_size, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(batch) % classes
     return model, x, lambda out: nn.functional.cross_entropy(out, labels)
 
 
-def vit():
+def vit(depth=2, width=64, image_size=32, batch=BATCH):
     """Vision transformer (timm)."""
     torch.manual_seed(0)
-    return _classifier(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8,
-                                         embed_dim=64, depth=2, num_heads=4, num_classes=10))
+    return _classifier(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=image_size, patch_size=8,
+                                         embed_dim=width, depth=depth, num_heads=4, num_classes=10),
+                       image_size, batch=batch)
 
 
-def resnet():
+def resnet(image_size=32, batch=BATCH):
     """Convolutional network with batch norm (timm)."""
     torch.manual_seed(0)
-    return _classifier(timm.create_model("resnet18", pretrained=False, num_classes=10))
+    return _classifier(timm.create_model("resnet18", pretrained=False, num_classes=10), image_size, batch=batch)
 
 
 def mobilenet():
@@ -114,24 +116,50 @@ def mobilenet():
 
 
 class LSTMTagger(nn.Module):
-    def __init__(self):
+    def __init__(self, hidden=64):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, 32)
-        self.lstm = nn.LSTM(32, 64, num_layers=2, batch_first=True)
-        self.head = nn.Linear(64, VOCAB)
+        self.lstm = nn.LSTM(32, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, VOCAB)
 
     def forward(self, ids):
         return self.head(self.lstm(self.embed(ids))[0])
 
 
-def lstm():
+def lstm(hidden=64, batch=BATCH, seq=SEQ):
     """A plain nn.LSTM (one ATen op per layer on CPU)."""
     torch.manual_seed(0)
-    ids = _ids()
-    return LSTMTagger(), ids, lambda out: nn.functional.cross_entropy(out.reshape(-1, VOCAB), ids.reshape(-1))
+    ids = _ids(0, batch, seq)
+    return LSTMTagger(hidden), ids, lambda out: nn.functional.cross_entropy(out.reshape(-1, VOCAB), ids.reshape(-1))
 
 
 MODELS = {f.__name__: f for f in (gpt2, bert, t5, mixtral, vit, resnet, mobilenet, lstm)}
+
+
+# Medium sizes (a one-thread CPU step of tens to hundreds of ms), for benchmarks/capture_fidelity.py:
+# targets tests/test_capture_models.py:medium_gpt2 etc.
+def medium_gpt2():
+    return gpt2(layers=4, width=256, batch=4, seq=128)
+
+
+def medium_bert():
+    return bert(layers=4, width=256, batch=4, seq=128)
+
+
+def medium_t5():
+    return t5(layers=2, width=256, batch=4, seq=64)
+
+
+def medium_vit():
+    return vit(depth=4, width=192, image_size=64, batch=8)
+
+
+def medium_resnet():
+    return resnet(image_size=64, batch=8)
+
+
+def medium_lstm():
+    return lstm(hidden=256, batch=8, seq=64)
 
 
 _graphs: dict = {}

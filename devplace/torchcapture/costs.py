@@ -60,7 +60,9 @@ def measured_us(gm: torch.fx.GraphModule, real_args: list, op_names: list[str], 
     try:
         for k in range(warmup + repeats):
             args = [a.clone() if isinstance(a, torch.Tensor) else a for a in real_args]
-            with torch.no_grad():
+            # grad mode on, as in the step traced: the CPU LSTM kernel keeps the workspace its
+            # backward reads only then (the values require no grad, so no autograd graph is built)
+            with torch.enable_grad():
                 timer.run(*args)
             if k >= warmup:
                 for name, us in timer.times_us.items():
