@@ -72,6 +72,10 @@ GPU_KERNELS = {
     "mkldnn_rnn_layer_backward": "_cudnn_rnn_backward",
 }
 
+# Ops that read a scalar back to the host (an optimizer's step count for its bias correction):
+# host work, no device kernel to launch, so the roofline charges them nothing.
+HOST_OPS = {"_local_scalar_dense"}
+
 # FLOPs per element of the op's largest operand or result, from the arithmetic the op does.
 PER_ELEMENT = {
     # softmax: max, subtract, exp, sum, divide; its backward: multiply, sum, subtract

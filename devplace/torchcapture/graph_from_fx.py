@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from devplace.torchcapture.flops import GPU_KERNELS, node_bytes, node_dtype, node_flops, op_name
+from devplace.torchcapture.flops import GPU_KERNELS, HOST_OPS, node_bytes, node_dtype, node_flops, op_name
 from devplace.torchcapture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
 from devplace.torchcapture.trace import TracedStep, _phase, mirror_of, scope_of
 from devplace.graph import GraphBuilder, OpGraph, Role
@@ -68,7 +68,7 @@ def op_stats(traced: TracedStep) -> OpStats:
         aliasing = bool(outputs) and storages.new_bytes[node.name] == 0 and not mutated_args(node)
         if aliasing:
             continue
-        launches[i] = (node.meta.get("custom") or {}).get("launches", 1.0)
+        launches[i] = 0.0 if op_name(node.target) in HOST_OPS else (node.meta.get("custom") or {}).get("launches", 1.0)
         flops[i], guessed = node_flops(node)
         if guessed:
             estimated.add(op_name(node.target))
