@@ -167,6 +167,8 @@ def info(
         summary["cost_model"] = meta["cost_model"]
     if meta.get("costed_for"):
         summary["costed_for"] = {kind: spec.get("model", "") for kind, spec in meta["costed_for"].items()}
+    if meta.get("cost_notes"):
+        summary["cost_notes"] = meta["cost_notes"]
     fallback = meta.get("flop_fallback_ops")
     if fallback is not None and "op_flops" in meta:
         flops = np.asarray(meta["op_flops"], dtype=float)
@@ -188,6 +190,8 @@ def info(
     if "cost_model" in summary:
         devices = ", ".join(f"{k}: {m or 'unnamed'}" for k, m in summary.get("costed_for", {}).items())
         table.add_row("costs", summary["cost_model"] + (f" for {devices}" if devices else ""))
+    for note in summary.get("cost_notes", []):
+        table.add_row("cost note", note)
     if summary["fixed_cost_edges"]:
         table.add_row("edges with fixed transfer time", str(summary["fixed_cost_edges"]))
     if summary.get("flop_fallback", {}).get("ops"):

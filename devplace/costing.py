@@ -93,13 +93,16 @@ _recosted: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def costed_for(graph, cluster: Cluster):
     """``graph`` with times for ``cluster``'s devices: itself when it was costed for them (or records
-    nothing, as graphs from other tools), else re-costed by roofline; a measured graph is refused."""
+    nothing, as graphs from other tools), else re-costed by roofline (adding a column for a device
+    kind it lacks); a measured graph is refused."""
     record = graph.meta.get("costed_for")
     if not record:
         return graph
     measured = graph.meta.get("cost_model") != ROOFLINE
-    stale = [dev for kind, dev in kind_devices(cluster).items()
-             if kind in record and not _same_device(record[kind], dev, measured)]
+    devices = kind_devices(cluster)
+    stale = [dev for kind, dev in devices.items() if kind in record and not _same_device(record[kind], dev, measured)]
+    if not measured and "op_flops" in graph.meta:  # roofline can also cost kinds the graph lacks
+        stale += [dev for kind, dev in devices.items() if kind not in record and kind not in graph.device_kinds]
     if not stale:
         return graph
     dev = stale[0]
@@ -128,10 +131,12 @@ def _recost(graph, cluster: Cluster, kinds: list[str]):
     dtypes = meta.get("op_dtype") or ["float32"] * graph.n_ops
     launches = np.asarray(meta.get("op_launches") or (graph.compute_us.max(axis=1) > 0), dtype=np.float64)
     columns, notes = roofline_us(flops, read + written, launches, dtypes, cluster, kinds=kinds)
-    compute = graph.compute_us.copy()
+    device_kinds = list(graph.device_kinds) + [k for k in kinds if k not in graph.device_kinds]
+    compute = np.zeros((graph.n_ops, len(device_kinds)))
+    compute[:, : len(graph.device_kinds)] = graph.compute_us
     for kind, column in columns.items():
-        compute[:, graph.kind_index(kind)] = column
+        compute[:, device_kinds.index(kind)] = column
     devices = kind_devices(cluster)
     new_meta = {**meta, "costed_for": {**meta["costed_for"], **{k: device_spec(devices[k]) for k in kinds}},
-                "cost_notes": notes, "recosted_from": {k: meta["costed_for"][k] for k in kinds}}
-    return replace(graph, compute_us=compute, meta=new_meta)
+                "cost_notes": notes, "recosted_from": {k: meta["costed_for"][k] for k in kinds if k in meta["costed_for"]}}
+    return replace(graph, device_kinds=device_kinds, compute_us=compute, meta=new_meta)

@@ -55,6 +55,15 @@ def test_a_graph_placed_on_other_devices_is_recosted_from_its_flops():
     np.testing.assert_array_equal(recosted.compute_us, direct.compute_us)
 
 
+def test_a_roofline_graph_gains_a_column_for_a_device_kind_it_lacks():
+    model, x = mlp()
+    g = dp.capture(model, x, mse, cluster="baechi-4x2080")
+    mixed = dp.load_cluster("cpu+4gpu")
+    result = dp.simulate(g, mixed, [0] * g.n_ops)  # all on the CPU device
+    direct = dp.capture(model, x, mse, cluster=mixed)
+    assert result.step_time_us == pytest.approx(direct.compute_us[:, direct.kind_index("cpu")].sum())
+
+
 def test_a_measured_graph_is_refused_on_a_named_other_device():
     model, x = mlp()
     g = dp.capture(model, x, mse, cost="measured", repeats=1, progress=False)
