@@ -423,6 +423,9 @@ def profile(
     from devplace.cluster import load_cluster
     from devplace.io import save_graph
 
+    if cost == "roofline" and cluster is None:
+        raise DevplaceError("--cost roofline (the default) needs --cluster NAME_OR_TOML (see `devplace clusters`), "
+                            "whose devices' peaks set the op times; or --cost measured to time every op here")
     graph = profile_target(
         target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer,
         update=update,

@@ -133,3 +133,13 @@ def test_info_reports_fallback_ops_as_ops_and_share_of_flops(tmp_path):
     assert data["costed_for"] == {"gpu": "RTX 2080"} and data["cost_model"] == "roofline"
     text = run()
     assert f"{len(guessed)} ops, {flops[guessed].sum() / flops.sum():.2%} of FLOPs (cumprod" in text
+
+
+def test_profile_without_a_cluster_says_how_to_cost():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "devplace.cli", "profile", "zoo:mlp", "-o", "never.json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--cost roofline (the default) needs --cluster" in proc.stderr and "--cost measured" in proc.stderr
