@@ -2,8 +2,9 @@
 
 ``trace_step`` runs ``make_fx`` in fake mode over a function that calls the model through
 ``torch.func.functional_call``, takes ``torch.autograd.grad`` of the loss and steps a
-``torch.optim`` optimizer per parameter. No real activation is allocated. The placeholders are, in
-order: parameters, buffers, optimizer state, inputs; ``TracedStep`` says which is which, so the
+``torch.optim`` optimizer as PyTorch runs it (``UPDATES``: multi-tensor, fused or per parameter).
+No real activation is allocated. The placeholders are, in order: parameters, buffers, optimizer
+state, inputs; ``TracedStep`` says which is which, so the
 same ``gm`` can be run again on real tensors (``real_args``) by the measured cost model or an executor.
 
 Every node carries ``meta["custom"]["phase"]`` (forward/backward/update) and, for update ops, the
@@ -254,25 +255,23 @@ def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str =
 def _step(optimizer: str, update: str, param_names, params, grads, state, n_state: int) -> None:
     """Trace the optimizer step: per parameter (each op annotated with its parameter), or one
     multi-tensor/fused step over all parameters with gradients (split per parameter afterwards)."""
-    stepped = []
-    for i, (name, p, g) in enumerate(zip(param_names, params, grads)):
-        if g is not None:
-            p.grad = g
-            stepped.append((i, name, p))
+    stepped = [(i, name, p) for i, (name, p, g) in enumerate(zip(param_names, params, grads)) if g is not None]
+    for i, _, p in stepped:
+        p.grad = grads[i]
+
+    def optimizer_for(group):
+        opt = _make_optimizer(optimizer, [p for _, _, p in group], update)
+        for i, _, p in group if n_state else ():
+            opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
+        return opt
+
     if update == "per-parameter":
-        for i, name, p in stepped:
-            opt = _make_optimizer(optimizer, [p])
-            if n_state:
-                opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
-            with fx_traceback.annotate({"phase": "update", "param": name}):
-                opt.step()
+        for entry in stepped:
+            with fx_traceback.annotate({"phase": "update", "param": entry[1]}):
+                optimizer_for([entry]).step()
     elif stepped:
-        opt = _make_optimizer(optimizer, [p for _, _, p in stepped], update)
-        for i, _, p in stepped:
-            if n_state:
-                opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
         with fx_traceback.annotate({"phase": "update"}):
-            opt.step()
+            optimizer_for(stepped).step()
     for _, _, p in stepped:
         p.grad = None
 
