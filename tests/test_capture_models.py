@@ -22,12 +22,11 @@ def _declare_torchvision_ops() -> None:
     Declaring the two operator schemas its import registers fake kernels for lets it import (the ops
     themselves are never called by these models). The one torchvision workaround in devplace."""
     try:
-        torch.library.Library("torchvision", "FRAGMENT")._register_fake  # noqa: B018 - probe only
         lib = torch.library.Library("torchvision", "DEF")
-    except RuntimeError:  # already declared in this process
+        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    except RuntimeError:  # declared already: a working torchvision, or an earlier call
         return
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     _declare_torchvision_ops.lib = lib  # keep the library (and its definitions) alive
 
 
