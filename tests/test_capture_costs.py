@@ -143,3 +143,39 @@ def test_profile_without_a_cluster_says_how_to_cost():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "--cost roofline (the default) needs --cluster" in proc.stderr and "--cost measured" in proc.stderr
+
+
+class EveryKind(nn.Module):
+    """Layers of the kinds real models use, beyond those of the library-model tier."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(100, 16, mode="mean")
+        self.gru = nn.GRU(16, 16, batch_first=True)
+        self.rnn = nn.RNN(16, 16, batch_first=True)
+        self.cell = nn.LSTMCell(16, 16)
+        self.up = nn.ConvTranspose2d(4, 4, 2, stride=2)
+        self.norms = nn.Sequential(nn.GroupNorm(2, 4), nn.InstanceNorm2d(4, affine=True))
+        self.conv = nn.Sequential(nn.Conv2d(4, 4, 3, groups=4, padding=1), nn.AvgPool2d(2), nn.AdaptiveMaxPool2d(1))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, ids, offsets, image):
+        seq = self.bag(ids, offsets).unsqueeze(1).repeat(1, 5, 1)
+        h = self.rnn(self.gru(seq)[0])[0]
+        c = self.cell(h[:, -1])[0]
+        x = self.conv(self.norms(self.up(image))).flatten(1)
+        return (nn.functional.mse_loss(self.head(c), torch.zeros(2, 10))
+                + nn.functional.binary_cross_entropy_with_logits(x, torch.ones_like(x))
+                + nn.functional.smooth_l1_loss(c, torch.zeros_like(c)) + nn.functional.gelu(c).mean())
+
+
+def test_layers_of_every_kind_have_flop_formulas():
+    ids = torch.randint(0, 100, (8,), generator=torch.Generator().manual_seed(0))
+    g = dp.capture(EveryKind(), (ids, torch.tensor([0, 4]), torch.randn(2, 4, 8, 8)), lambda out: out,
+                   cluster="8xh100-nvlink")
+    assert g.meta["flop_fallback_ops"] == []
+    flops = np.asarray(g.meta["op_flops"])
+    bag = g.kinds.index("_embedding_bag")
+    assert flops[bag] == 8 * 16  # one add per element of each row looked up
+    # it reads the rows it looks up (and the indices, offsets), not the whole table
+    assert g.meta["op_bytes_read"][bag] == 8 * 16 * 4 + (8 + 2) * 8

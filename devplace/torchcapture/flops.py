@@ -4,8 +4,9 @@ Every op a family of real models uses has a formula (``devplace info`` and the l
 check that what is left is under 1% of a model's FLOPs):
 
 - matrix products, convolutions of every kind and the GPU attention kernels: ``torch.utils.flop_counter``;
-- grouped matmuls (mixture of experts), the CPU attention and RNN kernels: ``MATMUL_FORMULAS`` below,
-  from their matrix products (a GPU runs the same products in its own kernels);
+- grouped matmuls (mixture of experts), the CPU attention and RNN kernels, embedding bags:
+  ``FORMULAS`` below, from their matrix products or rows read (a GPU runs the same products in its
+  own kernels);
 - elementwise (ATen's ``pointwise`` tag), reductions (``reduction`` tag), multi-tensor optimizer ops:
   FLOPs per element of their largest operand; normalizations, softmax, losses, pooling, embeddings:
   ``PER_ELEMENT`` and ``PER_OUTPUT``; pure data movement and tensor creation: no FLOPs.
@@ -55,8 +56,17 @@ def _grouped_mm(args, out) -> float:
     return 2.0 * out.numel() * per_output
 
 
-MATMUL_FORMULAS = {
+def _embedding_bag(args, out) -> float:
+    """One add per element of every row looked up (weight, indices, ...; backward: grad, indices, ...)."""
+    return float(args[1].numel() * args[0].shape[-1])
+
+
+FORMULAS = {
     "_grouped_mm": _grouped_mm,
+    "_embedding_bag": _embedding_bag,
+    "_embedding_bag_forward_only": _embedding_bag,
+    "_embedding_bag_backward": _embedding_bag,
+    "_embedding_bag_dense_backward": _embedding_bag,
     "_scaled_dot_product_flash_attention_for_cpu": _sdpa_cpu,
     "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_cpu_backward,
     "mkldnn_rnn_layer": _rnn_layer,
@@ -116,10 +126,13 @@ NO_FLOPS = {
     "_assert_scalar", "sym_constrain_range_for_size", "max_unpool2d", "upsample_nearest2d",
     "upsample_nearest2d_backward", "pixel_shuffle", "im2col", "col2im", "bincount", "one_hot",
     "slice_backward", "select_backward", "as_strided_scatter", "narrow_copy", "expand_copy", "permute_copy",
-    "view_copy", "t_copy", "transpose_copy", "unsqueeze_copy", "squeeze_copy", "unfold_copy",
+    "view_copy", "t_copy", "transpose_copy", "unsqueeze_copy", "squeeze_copy", "unfold_copy", "transpose_",
+    "t_", "squeeze_", "unsqueeze_", "as_strided_",
 }
 # ops that read only the rows their index picks: bytes read = index + what they write
 GATHERS = {"embedding", "index_select", "gather", "index"}
+# ... and those that sum the rows they pick: bytes read = index + every row picked (FORMULAS' count)
+BAGS = {"_embedding_bag", "_embedding_bag_forward_only"}
 
 
 def op_name(target) -> str:
@@ -161,8 +174,8 @@ def node_flops(node: torch.fx.Node) -> tuple[float, bool]:
         return float(flop_counter.flop_registry[packet](*args, **kwargs, out_val=out)), False
     name = op_name(node.target)
     tags = getattr(node.target, "tags", ())
-    if name in MATMUL_FORMULAS:
-        return float(MATMUL_FORMULAS[name](args, out)), False
+    if name in FORMULAS:
+        return float(FORMULAS[name](args, out)), False
     if name in NO_FLOPS:
         return 0.0, False
     if name.startswith("_foreach_"):
@@ -185,8 +198,10 @@ def node_bytes(node: torch.fx.Node) -> tuple[float, float]:
     args, kwargs = _tensor_args(node)
     operands = tensors_in(list(args)) + tensors_in(list(kwargs.values()))
     written = sum(tensor_bytes(t) for t in tensors_in(node.meta.get("val")))
-    if op_name(node.target) in GATHERS:
-        read = written + sum(tensor_bytes(t) for t in operands if not t.is_floating_point())
+    name = op_name(node.target)
+    if name in GATHERS or name in BAGS:
+        rows = _embedding_bag(args, None) * args[0].element_size() if name in BAGS else written
+        read = rows + sum(tensor_bytes(t) for t in operands if not t.is_floating_point())
     else:
         read = sum(tensor_bytes(t) for t in operands)
     return float(read), float(written)
