@@ -39,8 +39,9 @@ def example_path(name: str) -> Path:
     return path
 
 
-def capture(model, example_inputs=None, loss_fn=None, optimizer="adam", cost="measured", cluster=None, **options) -> OpGraph:
-    """Capture a PyTorch training step as an OpGraph (imports torch; see ``devplace.torchcapture``)."""
+def capture(model, example_inputs=None, loss_fn=None, optimizer="adam", cost="roofline", cluster=None, **options) -> OpGraph:
+    """Capture a PyTorch training step as an OpGraph, by default with roofline costs for ``cluster``'s
+    devices (``cost="measured"`` times each op here instead; imports torch, see ``devplace.torchcapture``)."""
     from devplace.torchcapture import capture as capture_step
 
     return capture_step(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, cluster=cluster, **options)

@@ -194,11 +194,23 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ):
     """Summarise an operator graph: ops, edges, roles, memory, compute."""
+    import numpy as np
+
     graph, _ = load_graph_and_cluster(graph_path, cluster, need_cluster=False)
     summary = graph.summary()
-    fallback = graph.meta.get("flop_fallback_ops")
-    if fallback is not None:
-        summary["flop_fallback_ops"] = fallback
+    meta = graph.meta
+    if "cost_model" in meta:
+        summary["cost_model"] = meta["cost_model"]
+    if meta.get("costed_for"):
+        summary["costed_for"] = {kind: spec.get("model", "") for kind, spec in meta["costed_for"].items()}
+    if meta.get("cost_notes"):
+        summary["cost_notes"] = meta["cost_notes"]
+    fallback = meta.get("flop_fallback_ops")
+    if fallback is not None and "op_flops" in meta:
+        flops = np.asarray(meta["op_flops"], dtype=float)
+        guessed = np.isin(np.asarray(graph.kinds, dtype=object), list(fallback))
+        summary["flop_fallback"] = {"kinds": fallback, "ops": int(guessed.sum()),
+                                    "flops_share": float(flops[guessed].sum() / flops.sum()) if flops.sum() else 0.0}
     if as_json:
         print_json(summary)
         return
@@ -211,11 +223,17 @@ def info(
     table.add_row("output bytes (sum)", fmt_bytes(summary["output_bytes"]))
     for kind, total in summary["total_compute_us"].items():
         table.add_row(f"compute on one {kind}", fmt_us(total))
+    if "cost_model" in summary:
+        devices = ", ".join(f"{k}: {m or 'unnamed'}" for k, m in summary.get("costed_for", {}).items())
+        table.add_row("costs", summary["cost_model"] + (f" for {devices}" if devices else ""))
+    for note in summary.get("cost_notes", []):
+        table.add_row("cost note", note)
     if summary["fixed_cost_edges"]:
         table.add_row("edges with fixed transfer time", str(summary["fixed_cost_edges"]))
-    if fallback:
-        shown = ", ".join(sorted(set(fallback))[:10])
-        table.add_row("FLOPs estimated from shapes", f"{len(fallback)} ops ({shown})")
+    if summary.get("flop_fallback", {}).get("ops"):
+        est = summary["flop_fallback"]
+        shown = ", ".join(est["kinds"][:10])
+        table.add_row("FLOPs estimated from shapes", f"{est['ops']} ops, {est['flops_share']:.2%} of FLOPs ({shown})")
     console.print(table)
 
 
@@ -444,10 +462,12 @@ def compare(
 def profile(
     target: str = typer.Argument(..., help="zoo:NAME[:key=value,...] or path/to/file.py:function"),
     output: Path = typer.Option(..., "--output", "-o", help="where to write the graph JSON"),
-    cost: str = typer.Option("roofline", "--cost", help="measured (time each op here) or roofline (from --cluster specs)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses"),
+    cost: str = typer.Option("roofline", "--cost", help="roofline (from --cluster's device specs, the default) or measured (time each op here)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses (needed for roofline)"),
     optimizer: str = typer.Option("adam", "--optimizer", help="optimizer whose update is captured"),
     as_json: bool = typer.Option(False, "--json", help="print the graph's summary as JSON"),
+    update: str = typer.Option("foreach", "--update", help="how the optimizer step runs: foreach (multi-tensor "
+                               "kernels, PyTorch's GPU default), fused or per-parameter"),
 ):
     """Capture a model's training step as an operator graph."""
     from devplace.torchcapture import profile_target
@@ -455,9 +475,13 @@ def profile(
     from devplace.io import save_graph
     from devplace.progress import showing_progress
 
+    if cost == "roofline" and cluster is None:
+        raise DevplaceError("--cost roofline (the default) needs --cluster NAME_OR_TOML (see `devplace clusters`), "
+                            "whose devices' peaks set the op times; or --cost measured to time every op here")
     with showing_progress(err_console):
         graph = profile_target(
-            target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
+            target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer,
+            update=update,
         )
     save_graph(graph, output)
     summary = graph.summary()
@@ -465,6 +489,8 @@ def profile(
         print_json({**summary, "output": str(output)})
         return
     console.print(f"captured {summary['ops']} ops, {summary['edges']} edges ({summary['roles']}); written to {output}")
+    for note in graph.meta.get("cost_notes", []):
+        err_console.print(f"note: {note}", highlight=False)
 
 
 @app.command()

@@ -43,13 +43,17 @@ from devplace.sim.channels import COMM_MODEL_CODES, COMM_MODELS
 
 @dataclass(frozen=True)
 class Device:
-    """One device. ``kind`` selects the graph's compute-time column for it."""
+    """One device. ``kind`` selects the graph's compute-time column for it; ``model`` and the peaks
+    say what a roofline-costed column was costed for (bf16/fp16: tensor-core peaks, 0 if none)."""
 
     name: str
     kind: str
     memory_bytes: float
     peak_flops: float = 0.0
     memory_bandwidth_bytes_per_s: float = 0.0
+    model: str = ""
+    peak_flops_bf16: float = 0.0
+    peak_flops_fp16: float = 0.0
 
 
 @dataclass(eq=False, frozen=True)
@@ -86,7 +90,7 @@ class Cluster:
         for dev in self.devices:
             if not (math.isfinite(dev.memory_bytes) and dev.memory_bytes > 0):
                 raise ClusterError(f"device {dev.name!r} has memory_bytes = {dev.memory_bytes!r}: it must be > 0")
-            for attr in ("peak_flops", "memory_bandwidth_bytes_per_s"):
+            for attr in ("peak_flops", "memory_bandwidth_bytes_per_s", "peak_flops_bf16", "peak_flops_fp16"):
                 value = getattr(dev, attr)
                 if not (math.isfinite(value) and value >= 0):
                     raise ClusterError(f"device {dev.name!r} has {attr} = {value!r}: it must be >= 0")
@@ -266,7 +270,8 @@ def _link(table: dict, where: str, extra: tuple[str, ...] = ()) -> tuple[float, 
 
 
 TOP_FIELDS = ("name", "description", "comm_model", "op_gap_us", "devices", "links")
-DEVICE_FIELDS = ("name", "kind", "count", "memory_gib", "memory_bytes", "peak_tflops", "memory_bandwidth_gbps")
+DEVICE_FIELDS = ("name", "kind", "model", "count", "memory_gib", "memory_bytes", "peak_tflops", "peak_tflops_bf16",
+                 "peak_tflops_fp16", "memory_bandwidth_gbps")
 LINK_FIELDS = ("latency_us", "bandwidth_bytes_per_us", "us_per_byte", "send_overhead_us", "recv_overhead_us")
 
 
@@ -310,6 +315,9 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
                     memory_bytes=memory,
                     peak_flops=_number(entry, "peak_tflops", where, 0.0) * 1e12,
                     memory_bandwidth_bytes_per_s=_number(entry, "memory_bandwidth_gbps", where, 0.0) * 1e9,
+                    model=str(entry.get("model", "")),
+                    peak_flops_bf16=_number(entry, "peak_tflops_bf16", where, 0.0) * 1e12,
+                    peak_flops_fp16=_number(entry, "peak_tflops_fp16", where, 0.0) * 1e12,
                 )
             )
     d = len(devices)

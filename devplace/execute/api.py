@@ -63,7 +63,9 @@ def prepare(target, *, cost: str = "measured", optimizer: str = "adam", repeats:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # op times as a one-thread device sees them (see distributed.py)
     try:
-        graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer,
+        # per-parameter updates: the executor tracks in-place writes through the tensor an op
+        # returns, which multi-tensor (foreach/fused) ops do not
+        graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer, update="per-parameter",
                                 cost="measured" if cost == EXECUTED_COST else cost, targets=targets,
                                 repeats=1 if cost == EXECUTED_COST else repeats, progress=False, return_trace=True)
     finally:

@@ -24,6 +24,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from devplace.costing import costed_for
 from devplace.errors import PlacementError
 from devplace.placement import Placement, graph_fingerprint
 from devplace.placers import check_feasible, placer
@@ -54,6 +55,7 @@ def place(graph, cluster, algo: str = "m-sct", seed: int = 0, check: bool = True
     a colocation group or overflows a device's memory in simulation is refused, so every caller
     can trust it. ``options['coarse_ops']`` of the result records the size of the graph the placer saw.
     """
+    graph = costed_for(graph, cluster)  # times for this cluster's devices (re-costed, or refused when measured)
     name, flags = parse_algo(algo)
     info = placer(name)
     config = parse_options(info.options, options, name)

@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 
 from devplace.cluster import Cluster
+from devplace.costing import costed_for
 from devplace.graph import OpGraph
 from devplace.placement import Placement, as_placement
 from devplace.sim import engine
@@ -30,7 +31,7 @@ class Simulator:
     that holds neither (``_prepared``), so a Simulator never keeps a dropped graph alive."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster):
-        self.graph = graph
+        self.graph = graph = costed_for(graph, cluster)  # times for this cluster's devices
         self.cluster = cluster
         self.op_time_us, self.in_degree, self.default_priority, self.capacity = _prepared(graph, cluster)
 
