@@ -29,7 +29,7 @@ def mlp(dtype=torch.float32):
 def test_default_cost_is_roofline_for_a_named_cluster():
     model, x = mlp()
     g = dp.capture(model, x, mse, cluster="baechi-4x2080")
-    assert g.meta["cost_model"] == "roofline" and g.device_kinds == ["gpu"]
+    assert g.meta["cost_model"] == "roofline" and g.device_kinds == ("gpu",)
     assert g.meta["costed_for"]["gpu"]["model"] == "RTX 2080"
     with pytest.raises(CaptureError, match="cost='roofline' \\(the default\\) needs a cluster.*cost='measured'"):
         dp.capture(model, x, mse)
