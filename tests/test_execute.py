@@ -459,3 +459,27 @@ def test_local_run_simulates_the_execution_it_measures(prepared):
     assert placement is pl and "without per-message overheads" in said
     assert not cluster.send_overhead_us.any() and not cluster.recv_overhead_us.any()
     assert (cluster.latency_us == slow.latency_us).all()
+
+
+def test_a_placement_of_the_default_foreach_capture_runs_on_the_per_parameter_step(prepared):
+    """`devplace place` captures foreach updates; the executor runs per-parameter ones: forward and
+    backward ops keep their devices, each update op follows its parameter, and the step runs."""
+    from devplace.execute.schedule import carried_over
+    from devplace.graph import Role
+    from devplace.torchcapture import capture
+
+    p = prepared["mlp"]
+    foreach = capture(p.model, p.example_inputs, p.loss_fn, optimizer=p.optimizer, update="foreach",
+                      cost="roofline", cluster=load_cluster("8xh100-nvlink"), targets=p.targets, progress=False)
+    assert foreach.n_ops != p.graph.n_ops
+    c = load_cluster("8xh100-nvlink").with_devices(2)
+    made = place(foreach, c, algo="round-robin")
+    carried = carried_over(made, p.graph, foreach)
+    same = {n: d for n, d, r in zip(foreach.names, made.devices, foreach.role) if r != Role.UPDATE}
+    for name, device, role in zip(p.graph.names, carried.devices, p.graph.role):
+        if role != Role.UPDATE and name in same:
+            assert device == same[name], name
+    assert carried.colocation_violations(p.graph) == []
+    assert carried_over(made, p.graph, p.graph) is None  # made on another graph: not carried
+    result = run(p, made, cluster=cluster_for(p.graph), steps=1, warmup=0)
+    assert np.isfinite(result.loss)

@@ -18,7 +18,7 @@ import torch
 from devplace.errors import DevplaceError
 from devplace.execute.local import as_executed, median, parse_devices, run_local
 from devplace.execute.program import ExecutionError, Program
-from devplace.execute.schedule import check_against_graph, make_plan
+from devplace.execute.schedule import carried_over, check_against_graph, make_plan
 
 BACKENDS = ("local", "distributed")
 
@@ -112,6 +112,24 @@ class RunResult:
         }
 
 
+def _from_default_capture(placement, prepared: Prepared):
+    """A placement made on the step's default capture (foreach updates, what `devplace place`
+    places) carried over to the per-parameter graph the executor runs; else unchanged (and refused
+    by the checks that follow, with the way to make a matching one)."""
+    from devplace.cluster import load_cluster
+    from devplace.torchcapture import capture
+
+    any_gpus = load_cluster("8xh100-nvlink")  # only the op names matter here, not their times
+    for update in ("foreach", "fused"):
+        placed_graph = capture(prepared.model, prepared.example_inputs, prepared.loss_fn, optimizer=prepared.optimizer,
+                               update=update, cost="roofline", cluster=any_gpus, targets=prepared.targets,
+                               progress=False)
+        carried = carried_over(placement, prepared.graph, placed_graph)
+        if carried is not None:
+            return carried
+    return placement
+
+
 def run(target, placement, *, cluster=None, backend: str = "local", steps: int = 5, warmup: int = 1,
         devices: list[str] | None = None, timeout_s: float = 60.0, prepared: Prepared | None = None,
         timeline: bool = False) -> RunResult | None:
@@ -140,6 +158,8 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
     graph, program = prepared.graph, prepared.program
     if isinstance(placement, (str,)) or hasattr(placement, "__fspath__"):
         placement = Placement.load(placement)
+    if isinstance(placement, Placement) and len(placement) != graph.n_ops:
+        placement = _from_default_capture(placement, prepared)
     placement = as_placement(placement, graph)
     n_devices = int(placement.devices.max()) + 1 if len(placement) else 1
     if cluster is None and backend == "distributed":
