@@ -13,11 +13,14 @@ latest finish:
   to v's device begins at u's finish or later and lasts as long as its longest edge there). Channel
   queues and message overheads only add to this, so the bounds leave them out;
 - (F3) persistent bytes are allocated at time 0 and never freed, so on a device where the placement
-  fits, the persistent bytes of its ops are at most its memory;
+  fits, the persistent bytes of its ops are at most its memory; when an op that takes time there
+  starts, its output and temporaries are allocated too (they live until it finishes at least), so
+  those persistent bytes plus the op's output and temporary bytes are at most the memory as well;
 - (F4) the ops of a colocation group share a device (``devplace.place`` refuses anything else).
 
 A *unit* is a colocation group, or an op in none. An op may only go where its unit's persistent
-bytes fit (F3, F4), and its *fastest time* is its least time over those devices. An edge's *cut
+bytes fit, with room for the output and temporaries of each of its ops that takes time there (F3,
+F4), and its *fastest time* is its least time over those devices. An edge's *cut
 cost* is its least transfer time over ordered pairs of distinct devices (F2); an edge inside a unit
 is never cut (F4).
 
@@ -49,7 +52,8 @@ class Relaxation:
     op_time_us: np.ndarray     # n_ops x n_devices: compute time + op gap (F1)
     unit: np.ndarray           # per op: its unit, 0..n_units-1
     unit_bytes: np.ndarray     # per unit: persistent bytes of its ops
-    allowed: np.ndarray        # n_units x n_devices: the unit's persistent bytes fit there (F3)
+    allowed: np.ndarray        # n_units x n_devices: the unit fits there on its own (F3)
+    footprint: np.ndarray      # n_ops x n_devices: output + temporary bytes while it runs there (F3)
     fastest_us: np.ndarray     # per op: least time over the devices its unit is allowed on
     cut_us: np.ndarray         # per edge: least transfer time across devices; inf inside a unit
     forced_cut: np.ndarray     # per edge: its two units fit on no device together, so it is always cut
@@ -67,13 +71,16 @@ def relaxation(graph, cluster) -> Relaxation:
     n_units = int(unit.max()) + 1 if graph.n_ops else 0
     unit_bytes = np.bincount(unit, weights=graph.persistent_bytes, minlength=n_units)
     capacity = cluster.memory_bytes
-    allowed = unit_bytes[:, None] <= capacity[None, :]
+    footprint = np.where(time_us > 0, (graph.output_bytes + graph.temp_bytes)[:, None], 0.0)
+    largest = np.zeros((n_units, cluster.n_devices))
+    np.maximum.at(largest, unit, footprint)
+    allowed = unit_bytes[:, None] + largest <= capacity[None, :]
     homeless = np.flatnonzero(~allowed.any(axis=1))
     if len(homeless):
         op = int(np.flatnonzero(unit == homeless[0])[0])
         raise OutOfMemoryError(
-            f"op {graph.names[op]!r} (with its colocation group) holds {unit_bytes[homeless[0]] / 2**20:.1f} MiB "
-            f"of persistent memory but the largest device has {capacity.max() / 2**20:.1f} MiB: "
+            f"op {graph.names[op]!r} (with its colocation group) needs {(unit_bytes + largest.min(axis=1))[homeless[0]] / 2**20:.1f} MiB "
+            f"(persistent, plus its largest output and temporaries) but the largest device has {capacity.max() / 2**20:.1f} MiB: "
             f"no placement fits; use larger devices"
         )
     fastest_us = np.where(allowed[unit], time_us, np.inf).min(axis=1)
@@ -83,7 +90,7 @@ def relaxation(graph, cluster) -> Relaxation:
     together = (unit_bytes[src_unit] + unit_bytes[dst_unit])[:, None] <= capacity[None, :]
     together &= allowed[src_unit] & allowed[dst_unit]
     forced_cut = (src_unit != dst_unit) & ~together.any(axis=1)
-    return Relaxation(time_us, unit, unit_bytes, allowed, fastest_us, cut_us, forced_cut)
+    return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut)
 
 
 def _cheapest_transfer_us(graph, cluster) -> np.ndarray:
