@@ -146,7 +146,7 @@ def work_us(rel: Relaxation) -> float:
     result = optimize.linprog(cost, A_ub=a_ub, b_ub=np.zeros(n_dev), A_eq=a_eq, b_eq=np.ones(n_units),
                               bounds=np.column_stack([np.zeros(n_var + 1), upper]), method="highs")
     # the LP is feasible (every unit is allowed somewhere) and bounded below by 0
-    return float(result.fun) * (1 - 1e-9)   # HiGHS' tolerance must not lift it above the optimum
+    return float(result.fun)
 
 
 def largest_group_us(rel: Relaxation) -> float:
