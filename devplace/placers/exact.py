@@ -17,7 +17,8 @@ Variables: ``x[u, d]`` (unit u on device d, binary; units and the facts used are
   they plus the output, temporaries and inputs of any op when it starts there (F3, F4);
 - ``s[b] >= s[a] + dur[a] + cut_us[e] z[e]`` per edge, with ``z[e] >= x[ua, d] - x[ub, d]`` (F2),
   and a consumer waits for the longest edge of the one transfer to its device (F2);
-- ``W >= s[v] + dur[v]`` and ``W >= `` each device's compute (F1);
+- ``W >= s[v] + dur[v]``, ``W >= `` each device's compute (F1) and ``W >=`` the best bound of
+  ``devplace.bounds`` (every simulated run still is a solution);
 - for pairs of ops with no path between them, on one device one runs after the other (F1):
   ``s[b] >= s[a] + dur[a] - M (1 - o) - M (1 - q)`` and the mirror row, ``M`` the first incumbent's
   simulated step time, which also caps ``W`` (a valid cap: that incumbent is a solution).
@@ -80,7 +81,8 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
     sim = simulator_for(graph, cluster)
     first = _first_incumbent(graph, cluster, options.start, sim)
     first_result = sim.run(first) if first is not None else None
-    model = _Model(graph, cluster, rel, first_result, options.max_pairs)
+    bound_us = lower_bounds(graph, cluster)["best_us"]
+    model = _Model(graph, cluster, rel, first_result, options.max_pairs, bound_us)
     solution, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap)
     candidates = [] if first is None else [first]
     if solution is not None:
@@ -94,7 +96,7 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
     if best is None:
         raise OutOfMemoryError(
             f"exact: no placement found that fits ({status}); give it more time_limit_s or larger devices")
-    bound_us = max(mip_bound_us, lower_bounds(graph, cluster)["best_us"])
+    bound_us = max(mip_bound_us, bound_us)
     best.options = {
         "mip_status": status, "mip_bound_us": mip_bound_us, "mip_objective_us": objective_us,
         "step_us": best_us, "lower_bound_us": bound_us, "gap": best_us / bound_us - 1 if bound_us > 0 else 0.0,
@@ -151,7 +153,7 @@ def _answered():
 class _Model:
     """The program's columns and rows, built once; ``solve`` runs HiGHS."""
 
-    def __init__(self, graph, cluster, rel, first_result, max_pairs: int):
+    def __init__(self, graph, cluster, rel, first_result, max_pairs: int, bound_us: float):
         self.graph, self.rel = graph, rel
         n, n_dev = graph.n_ops, cluster.n_devices
         n_units = rel.allowed.shape[0]
@@ -176,7 +178,9 @@ class _Model:
         for u, d in zip(*np.nonzero(allowed)):
             self.x[u, d] = self._column(0.0, 1.0, True, first.x(u, d))
         self.s = np.array([self._column(0.0, self.big_m, False, first.start(v)) for v in range(n)], dtype=np.int64)
-        self.w = self._column(0.0, self.big_m, False, first.step)
+        # W >= a certified bound of devplace.bounds: every simulated run still is a solution, and
+        # branch and bound starts from it
+        self.w = self._column(min(bound_us / self.unit_us, self.big_m), self.big_m, False, first.step)
 
         def duration_terms(v):     # dur[v] = sum_d time[v, d] x[unit(v), d]
             cols = self.x[rel.unit[v]]
