@@ -26,8 +26,9 @@ FAVORITE_THRESHOLD = 0.1   # Baechi's code: x <= 0.1 means favorite
 
 
 # LP columns (ops plus edges that move data) per window. Dual simplex time grows much faster than
-# the LP: on a random layered DAG a window of 1,000 ops (2,900 columns) takes 25 ms, one of 2,500
-# ops (8,000 columns) 0.2-0.4 s, the whole 20k-op LP 280 s (benchmarks/placement_time.py --lp).
+# the LP: on a 20k-op random layered DAG, windows of 3,000 columns (1,000 ops) take 0.5 s CPU in
+# all, windows of 2,500 ops 2.6 s; 5,000 ops take 0.27 s in windows, 1.2 s whole
+# (benchmarks/placement_time.py --msct).
 WINDOW_COLUMNS = 3000
 
 
