@@ -189,15 +189,18 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
         level, parent = _longest_paths(graph, weight, zero_edges)
         path_ops, path_edges = _trace(graph, level, parent)
         units = rel.unit[path_ops]
-        cuts = _segment_cut_us(units, rel.unit_bytes, cut_us[path_edges], float(capacity[0]))
         held = rel.unit_bytes[np.unique(units)].sum()
+        if held <= capacity[0]:      # the whole path fits one device: no cut is forced on it
+            best = max(best, float(rel.fastest_us[path_ops].sum()))
+            continue
+        cuts = _segment_cut_us(units, rel.unit_bytes, cut_us[path_edges], float(capacity[0]))
         devices_needed = int(np.searchsorted(np.cumsum(capacity), held * (1 - 1e-12))) + 1
         cheapest = np.sort(cut_us[path_edges])[: devices_needed - 1].sum()
         if devices_needed > len(capacity) or not np.isfinite(max(cuts, cheapest)):
             raise OutOfMemoryError(
                 f"the ops on the path from {graph.names[path_ops[0]]!r} to {graph.names[path_ops[-1]]!r} "
                 f"hold {held / 2**20:.1f} MiB of persistent memory that no split over the cluster's "
-                f"{cluster.n_devices} devices can hold: no placement fits; use more or larger devices"
+                f"{cluster.n_devices} device(s) can hold: no placement fits; use more or larger devices"
             )
         best = max(best, float(rel.fastest_us[path_ops].sum()) + max(cuts, float(cheapest)))
     return best
