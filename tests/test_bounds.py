@@ -139,3 +139,16 @@ def test_bounds_on_the_bundled_graphs_stay_below_placements(name):
         finish[v] = graph.compute_us[v, 0] + max((finish[u] for u in graph.predecessors(v)), default=0.0)
     if name != "gnmt_layers_training":
         assert bounds["best_us"] > 1.15 * max(finish.max(), bounds["work_us"])
+
+
+def test_a_colocation_group_runs_on_one_device():
+    """Three 10 us ops of one group and two loose ones, all independent, on three devices: work / 3
+    is 16.7 us and the critical path 10 us, but the group alone needs 30 us on its device."""
+    b = GraphBuilder(["gpu"])
+    for i in range(5):
+        b.add_op(f"op{i}", compute_us=10.0, colocation="g" if i < 3 else None)
+    graph = b.build()
+    cluster = uniform_cluster(3)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["work_us"] == pytest.approx(50.0 / 3) and bounds["critical_path_us"] == 10.0
+    assert bounds["largest_group_us"] == 30.0 == bounds["best_us"] == brute_force(graph, cluster)

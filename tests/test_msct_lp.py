@@ -85,3 +85,28 @@ def test_m_sct_on_a_large_layered_dag_uses_windows_and_fits():
     assert "windows" in placement.options["lp_status"]
     assert placement.options["favorite_children"] > graph.n_ops // 3
     assert dp.simulate(graph, cluster, placement).fits
+
+
+def test_a_device_kept_for_a_favorite_child_takes_another_op_only_if_urgent():
+    """a (on gpu0) has favorite child f, which also waits for v. At 10 us v can start on either
+    device; gpu0 is kept for f and v is not urgent there (gpu1 starts it as early), so v goes to
+    gpu1, where plain ETF takes gpu0 (the lower index on a tie). Then f follows a on gpu0 after
+    v's 51 us transfer."""
+    from devplace.cluster import uniform_cluster
+    from devplace.graph import GraphBuilder
+    from devplace.placers._listsched import run_list_schedule
+
+    b = GraphBuilder(["gpu"])
+    for name in ("a", "r", "v", "f"):
+        b.add_op(name, compute_us=10.0)
+    for src, dst, nbytes in (("a", "f", 100.0), ("r", "v", 0.0), ("v", "f", 1.0)):
+        b.add_edge(src, dst, bytes=nbytes)
+    graph = b.build()
+    cluster = uniform_cluster(2, latency_us=50.0, bandwidth_bytes_per_us=1.0)
+    favorite = np.full(graph.n_ops, -1)
+    favorite[graph.index("a")] = graph.index("f")
+    kept = run_list_schedule(graph, cluster, algo="m-sct", favorite=favorite)
+    plain = run_list_schedule(graph, cluster, algo="m-etf")
+    where = lambda schedule: {n: (int(schedule[0][i]), float(schedule[2][i])) for i, n in enumerate(graph.names)}  # noqa: E731
+    assert where(kept) == {"a": (0, 0.0), "r": (1, 0.0), "v": (1, 10.0), "f": (0, 71.0)}
+    assert where(plain) == {"a": (0, 0.0), "r": (1, 0.0), "v": (0, 10.0), "f": (0, 20.0)}
