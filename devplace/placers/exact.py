@@ -29,9 +29,9 @@ the dual bound HiGHS proves for it, is at most the simulated optimum: ``mip_boun
 lower bound. Channel queues, message overheads and the rest of memory over time are left out, and
 only the ``max_pairs`` pairs of longest ops get disjunctive rows (dropping rows keeps it a
 relaxation), so the program's value for a placement can be below its simulated step time. The
-placement returned is the best *simulated* of the program's incumbent (under its start order and
-under the default priority) and the first incumbent: ``step_us`` is its simulated step time and
-``gap`` = step / bound - 1 how far it can be from optimal.
+placement returned is the best *simulated* of the improving solutions HiGHS found (each under its
+start order and under the default priority) and the first incumbent: ``step_us`` is its simulated
+step time and ``gap`` = step / bound - 1 how far it can be from optimal.
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
@@ -83,9 +83,9 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
     first_result = sim.run(first) if first is not None else None
     bound_us = lower_bounds(graph, cluster)["best_us"]
     model = _Model(graph, cluster, rel, first_result, options.max_pairs, bound_us)
-    solution, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap)
+    solutions, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap)
     candidates = [] if first is None else [first]
-    if solution is not None:
+    for solution in solutions:
         devices, starts = model.placement(solution)
         candidates += [Placement(devices=devices, priority=starts), Placement(devices=devices)]
     best, best_us = None, np.inf
@@ -339,7 +339,9 @@ class _Model:
 
     # ------------------------------------------------------------------ solving
     def solve(self, time_limit_s: float, mip_rel_gap: float):
-        """(solution or None, status, proven bound, incumbent objective)."""
+        """(solutions, status, proven bound, incumbent objective): every improving solution HiGHS
+        found, the last (its incumbent) first, as the best in the program need not be the best in
+        simulation."""
         import highspy
 
         inf = highspy.kHighsInf
@@ -363,7 +365,8 @@ class _Model:
                            for i in self.integer]
         solver = highspy.Highs()
         for name, value in (("output_flag", False), ("time_limit", float(time_limit_s)),
-                            ("mip_rel_gap", float(mip_rel_gap)), ("random_seed", 0), ("threads", 1)):
+                            ("mip_rel_gap", float(mip_rel_gap)), ("random_seed", 0), ("threads", 1),
+                            ("mip_improving_solution_save", True)):
             solver.setOptionValue(name, value)
         solver.passModel(lp)
         if not any(v is None for v in self.start_value):
@@ -376,13 +379,14 @@ class _Model:
         info = solver.getInfo()
         model_status = solver.getModelStatus()
         if model_status not in _answered():   # a numerical failure: nothing from it is trusted
-            return None, status, 0.0, None
+            return [], status, 0.0, None
         bound = float(info.mip_dual_bound)
         bound_us = max(0.0, bound * (1 - 1e-9)) * self.unit_us if np.isfinite(bound) else 0.0
         if info.primal_solution_status != 2:     # no feasible solution
-            return None, status, bound_us, None
-        values = np.asarray(solver.getSolution().col_value)
-        return values, status, bound_us, float(info.objective_function_value) * self.unit_us
+            return [], status, bound_us, None
+        solutions = [np.asarray(solver.getSolution().col_value)]
+        solutions += [np.asarray(saved.col_value) for saved in reversed(solver.getSavedMipSolutions())]
+        return solutions, status, bound_us, float(info.objective_function_value) * self.unit_us
 
     def placement(self, values):
         """Devices per op and start times per op from a solution."""
