@@ -31,7 +31,9 @@ only the ``max_pairs`` pairs of longest ops get disjunctive rows (dropping rows 
 relaxation), so the program's value for a placement can be below its simulated step time. The
 placement returned is the best *simulated* of the improving solutions HiGHS found (each under its
 start order and under the default priority) and the first incumbent: ``step_us`` is its simulated
-step time and ``gap`` = step / bound - 1 how far it can be from optimal.
+step time and ``gap`` = step / bound - 1 how far it can be from optimal. With co-placement or
+fusion (``exact+opt``) the program sees the coarse graph, so its bound holds only for placements
+that keep the fused groups together, not for every placement of the original graph.
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
@@ -75,7 +77,8 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
     if graph.n_ops > options.max_ops:
         raise PlacementError(
             f"exact: the graph has {graph.n_ops:,} ops, more than max_ops = {options.max_ops:,}; it is for small "
-            f"graphs (or fused ones: algo 'exact' with co-placement and fusion), or raise max_ops")
+            f"graphs: raise max_ops, or place the co-placed and fused graph (exact+opt; its bound then only "
+            f"holds for placements that keep the fused groups together)")
     began = time.perf_counter()
     rel = relaxation(graph, cluster)
     sim = simulator_for(graph, cluster)
