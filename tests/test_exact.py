@@ -67,6 +67,15 @@ def test_without_a_first_incumbent_or_pairs_it_still_bounds():
     assert weak["mip_bound_us"] <= optimum * (1 + TOLERANCE)
 
 
+def test_a_node_limit_stops_the_search_the_same_way_every_time():
+    graph, cluster = tiny_instance(1, n_ops=9)     # needs more than 3 nodes to prove optimality
+    runs = [dp.place(graph, cluster, algo="exact", max_nodes=3) for _ in range(2)]
+    assert runs[0].options["mip_status"] != "Optimal"
+    assert runs[0].devices.tolist() == runs[1].devices.tolist()
+    assert runs[0].options["mip_bound_us"] == runs[1].options["mip_bound_us"]
+    assert runs[0].options["mip_bound_us"] <= brute_force(graph, cluster) * (1 + TOLERANCE)
+
+
 def test_bad_options_are_refused_by_name():
     graph, cluster = tiny_instance(0)
     with pytest.raises(PlacementError, match="time_limit_s"):

@@ -66,14 +66,17 @@ class ExactOptions:
     start: tuple[str, ...] = option(("m-etf", "heft", "m-topo", "single"), "placers whose best simulated placement is the first incumbent (it also sets the big-M); empty for none")
     max_pairs: int = option(20000, "disjunctive pairs kept, longest ops first: fewer solve faster, with a weaker bound")
     mip_rel_gap: float = option(1e-4, "HiGHS stops when incumbent / bound - 1 is below this")
+    max_nodes: int = option(0, "stop after this many branch-and-bound nodes (0: no limit); unlike the time "
+                               "limit, the same on every machine")
 
 
 @register("exact", "mixed-integer program (HiGHS, time-limited) for small graphs: the best placement it finds "
           "and a certified lower bound", ExactOptions)
 def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions()) -> Placement:
-    # HiGHS' branch and bound is deterministic for a given model, so the seed is unused
-    if options.time_limit_s <= 0 or options.max_pairs < 0:
-        raise PlacementError("exact: time_limit_s must be > 0 and max_pairs >= 0")
+    # HiGHS runs single-threaded with a fixed seed: the same model and node limit give the same
+    # result, so the seed is unused (a time limit that stops it makes the result depend on speed)
+    if options.time_limit_s <= 0 or options.max_pairs < 0 or options.max_nodes < 0:
+        raise PlacementError("exact: time_limit_s must be > 0, max_pairs and max_nodes >= 0")
     if graph.n_ops > options.max_ops:
         raise PlacementError(
             f"exact: the graph has {graph.n_ops:,} ops, more than max_ops = {options.max_ops:,}; it is for small "
@@ -86,7 +89,8 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
     first_result = sim.run(first) if first is not None else None
     bound_us = lower_bounds(graph, cluster)["best_us"]
     model = _Model(graph, cluster, rel, first_result, options.max_pairs, bound_us)
-    solutions, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap)
+    solutions, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap,
+                                                               options.max_nodes)
     candidates = [] if first is None else [first]
     for solution in solutions:
         devices, starts = model.placement(solution)
@@ -341,7 +345,7 @@ class _Model:
                 self._row(cols, vals, rhs, np.inf)
 
     # ------------------------------------------------------------------ solving
-    def solve(self, time_limit_s: float, mip_rel_gap: float):
+    def solve(self, time_limit_s: float, mip_rel_gap: float, max_nodes: int):
         """(solutions, status, proven bound, incumbent objective): every improving solution HiGHS
         found, the last (its incumbent) first, as the best in the program need not be the best in
         simulation."""
@@ -371,6 +375,8 @@ class _Model:
                             ("mip_rel_gap", float(mip_rel_gap)), ("random_seed", 0), ("threads", 1),
                             ("mip_improving_solution_save", True)):
             solver.setOptionValue(name, value)
+        if max_nodes:
+            solver.setOptionValue("mip_max_nodes", int(max_nodes))
         solver.passModel(lp)
         if not any(v is None for v in self.start_value):
             start = highspy.HighsSolution()
