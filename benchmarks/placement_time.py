@@ -1,4 +1,5 @@
-"""Placement time of m-TOPO, m-ETF and m-SCT, beside Baechi's own code (REFERENCE.md).
+"""Placement time of m-TOPO, m-ETF and m-SCT, beside Baechi's own code (beomyeol/baechi
+commit afe7278, timed on this project's machines) and Baechi's paper (Jeon et al., SoCC 2020).
 
 Setting as Baechi's table: random layered DAGs of 1k, 5k and 20k ops on 4 devices with ample memory
 (the baechi-4x2080 preset: sequential channels, 134 us + 0.1754 us/KB per transfer). For each run it
@@ -66,8 +67,16 @@ def random_layered_dag(n_ops: int, *, seed: int = 0, max_inputs: int = 3) -> OpG
     return b.build()
 
 
-def bench(name: str, graph: OpGraph, cluster, algos=ALGOS, **transforms) -> dict:
-    row = {"graph": name, "transforms": sorted(k for k, on in transforms.items() if on), "ops": graph.n_ops, "edges": graph.n_edges, "devices": cluster.n_devices,
+def variant_suffix(transforms: list[str]) -> str:
+    """``--transform`` names as a placer spec suffix (``+opt`` = co-placement + fusion, ``+fwd``)."""
+    chosen = set(transforms)
+    if len(chosen & {"coplacement", "fusion"}) == 1:
+        raise SystemExit("--transform: coplacement and fusion go together (the ALGO+opt variant)")
+    return ("+opt" if "fusion" in chosen else "") + ("+fwd" if "forward_only" in chosen else "")
+
+
+def bench(name: str, graph: OpGraph, cluster, algos=ALGOS, transforms: tuple[str, ...] = ()) -> dict:
+    row = {"graph": name, "transforms": sorted(transforms), "ops": graph.n_ops, "edges": graph.n_edges, "devices": cluster.n_devices,
            "comm_model": cluster.comm_model}
     try:
         single = dp.place(graph, cluster, algo="single")
@@ -78,7 +87,7 @@ def bench(name: str, graph: OpGraph, cluster, algos=ALGOS, **transforms) -> dict
     for algo in algos:
         began = time.perf_counter()
         try:
-            placement = dp.place(graph, cluster, algo=algo, **transforms)
+            placement = dp.place(graph, cluster, algo=algo + variant_suffix(transforms))
         except dp.DevplaceError as exc:
             row[algo] = {"error": str(exc), "placement_s": time.perf_counter() - began}
             continue
@@ -98,7 +107,8 @@ GNMT_TARGETS = {"gnmt-len40": "zoo:gnmt:layers=4,seq_len=40", "gnmt-len50": "zoo
 GNMT_RESULTS = Path(__file__).parent / "results" / "placement_time_gnmt.json"
 CACHE = Path(__file__).parent / ".cache"
 AMPLE = 4.0   # as reproduce_papers.py: 4 x 8 GiB per GPU, where memory binds no placer
-BAECHI_GNMT = {   # REFERENCE.md, m-SCT: ops, placement s and step s unoptimized, then optimized
+BAECHI_GNMT = {   # Baechi (Jeon et al., SoCC 2020), table of the optimizations' effect on m-SCT:
+    # ops, placement s and step s unoptimized, then optimized
     "gnmt-len40": {"ops": 18050, "placement_s": 275.1, "step_s": 0.580,
                    "opt_ops": 542, "opt_placement_s": 1.2, "opt_step_s": 0.212},
     "gnmt-len50": {"ops": 22340, "placement_s": 406.1, "step_s": 0.793,
@@ -138,13 +148,14 @@ def time_placer(graph: OpGraph, cluster, algo: str, optimized: bool, repeats: in
     - ``placer``: the placing algorithm alone, on the graph it sees (the fused one when optimized);
     - ``end_to_end``: the whole ``devplace.place`` call: transform, placer, expansion back to every
       op and the feasibility simulation (colocation and memory check on the original graph)."""
-    from devplace.placers import available
+    from devplace.portfolio import available
     from devplace.transforms import optimize
 
     flags = {"coplacement": optimized, "fusion": optimized}
+    spec = algo + ("+opt" if optimized else "")
     row: dict = {"algo": algo, "optimized": optimized}
     try:
-        placement = dp.place(graph, cluster, algo=algo, **flags)           # warm-up (numba caches)
+        placement = dp.place(graph, cluster, algo=spec)           # warm-up (numba caches)
     except dp.DevplaceError as exc:
         return row | {"error": str(exc)}
     seen = optimize(graph, **flags).graph if optimized else graph
@@ -154,7 +165,7 @@ def time_placer(graph: OpGraph, cluster, algo: str, optimized: bool, repeats: in
         if optimized:
             transform.append(_timed(lambda: optimize(graph, **flags))[1:])
         placer.append(_timed(lambda: function(seen, cluster, seed=0))[1:])
-        placement, wall, cpu = _timed(lambda: dp.place(graph, cluster, algo=algo, **flags))
+        placement, wall, cpu = _timed(lambda: dp.place(graph, cluster, algo=spec))
         end_to_end.append((wall, cpu))
     result = dp.simulate(graph, cluster, placement)
     row |= {"ops_placed": seen.n_ops, "placer": _median(placer), "end_to_end": _median(end_to_end),
@@ -340,17 +351,18 @@ def main() -> None:
         return
     args.out = args.out or RESULTS
     cluster = load_cluster(args.cluster).with_memory_fraction(1000.0)   # ample memory
+    transforms = tuple(args.transform)
+    variant_suffix(transforms)   # refuse a combination no spec names before any work
     # compile once outside the timings, as a long-lived process would
     bench("warm-up", random_layered_dag(50, seed=1), cluster)
-    transforms = {name: True for name in args.transform}
-    rows = [bench(f"random-layered-{n}", random_layered_dag(n), cluster, **transforms) for n in args.sizes]
+    rows = [bench(f"random-layered-{n}", random_layered_dag(n), cluster, transforms=transforms) for n in args.sizes]
     for path in args.graph:
         graph = dp.load_graph(path)
         graph_cluster = cluster
         if "dnn_partitioning" in graph.meta:
             from devplace.io.dnn_partitioning import cluster_for
             graph_cluster = cluster_for(graph)
-        rows.append(bench(Path(path).name, graph, graph_cluster, **transforms))
+        rows.append(bench(Path(path).name, graph, graph_cluster, transforms=transforms))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},

@@ -46,7 +46,14 @@ class Plan:
 
 def check_against_graph(program: Program, graph, placement, cluster) -> None:
     """Refuse a graph/placement that does not describe this traced step (before anything starts)."""
-    placement.check(graph, cluster)
+    try:
+        placement.check(graph, cluster)
+    except PlacementError as exc:
+        # the executor runs the per-parameter optimizer step; captures default to foreach updates
+        raise PlacementError(
+            f"{exc} (the executor runs the optimizer step per parameter: place the graph of "
+            f"`devplace profile TARGET --update per-parameter -o graph.json`, not the default foreach capture)"
+        ) from None
     missing = [name for name in graph.names if name not in program.index]
     if missing:
         raise PlacementError(

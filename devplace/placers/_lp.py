@@ -34,7 +34,9 @@ WINDOW_COLUMNS = 3000
 
 def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_limit_s: float = 120.0,
                       window_ops: int | None = None):
-    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is 1 where HiGHS failed.
+    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is 1 where HiGHS failed, and
+    ``w`` is None if it failed on any window (there is then no makespan to report, and a NaN would
+    make the placement file invalid JSON).
 
     An LP of more than ``WINDOW_COLUMNS`` columns (ops plus edges with a transfer time; edges that
     cost nothing get no column) is cut along the topological order into windows of equal op counts
@@ -73,7 +75,7 @@ def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_l
     status = "optimal" if not failed else f"HiGHS failed on {failed} of {n_windows} windows"
     if n_windows > 1:
         status += f" ({n_windows} windows)"
-    return x, s, makespan if not failed else float("nan"), status
+    return x, s, makespan if not failed else None, status
 
 
 def _solve(n, src, dst, time_us, edge_us, time_limit_s):
