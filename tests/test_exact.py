@@ -93,3 +93,11 @@ def test_a_bundled_graph_gets_a_placement_and_a_bound_within_the_time_limit():
     o = _check(graph, cluster, placement)
     assert o["step_us"] <= o["first_incumbent_us"]
     assert o["solve_s"] < 60
+
+
+def test_compare_runs_exact_only_when_named():
+    from devplace.compare import default_algos
+    from devplace.placers import available
+
+    assert "exact" in available() and not available()["exact"].by_default
+    assert "exact" not in default_algos() and "m-sct" in default_algos()

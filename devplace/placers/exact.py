@@ -56,7 +56,7 @@ from devplace.errors import OutOfMemoryError, PlacementError
 from devplace.placement import Placement
 from devplace.placers import register
 from devplace.placers.options import option
-from devplace.sim import simulator_for
+from devplace.sim import Simulator
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class ExactOptions:
 
 
 @register("exact", "mixed-integer program (HiGHS, time-limited) for small graphs: the best placement it finds "
-          "and a certified lower bound", ExactOptions)
+          "and a certified lower bound", ExactOptions, by_default=False)
 def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions()) -> Placement:
     # HiGHS runs single-threaded with a fixed seed: the same model and node limit give the same
     # result, so the seed is unused (a time limit that stops it makes the result depend on speed)
@@ -84,7 +84,7 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
             f"holds for placements that keep the fused groups together)")
     began = time.perf_counter()
     rel = relaxation(graph, cluster)
-    sim = simulator_for(graph, cluster)
+    sim = Simulator(graph, cluster)
     first = _first_incumbent(graph, cluster, options.start, sim)
     first_result = sim.run(first) if first is not None else None
     bound_us = lower_bounds(graph, cluster)["best_us"]
@@ -117,15 +117,20 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
 def _first_incumbent(graph, cluster, start: tuple[str, ...], sim):
     """The fastest in simulation of the ``start`` placers' placements, or None (none asked for, or
     none found one that fits)."""
-    from devplace.placers import place as run_placer
+    from devplace.placers import placer
 
     if "exact" in start:
         raise PlacementError("exact: option start cannot name 'exact' itself; name other placers or none")
     best, best_us = None, np.inf
     for algo in start:
+        info = placer(algo)  # through the registry: a placer never calls the layer above it
         try:
-            placement = run_placer(graph, cluster, algo=algo)
+            placement = info.function(graph, cluster, seed=0, options=info.options())
         except OutOfMemoryError:
+            continue
+        if not isinstance(placement, Placement):
+            placement = Placement(devices=np.asarray(placement, dtype=np.int64))
+        if not sim.run(placement).fits:
             continue
         step_us = sim.step_time_us(placement.devices, placement.priority)
         if step_us < best_us:
