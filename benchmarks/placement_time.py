@@ -10,6 +10,12 @@ added with ``--graph PATH``; they are placed on the same cluster unless they car
     .venv/bin/python benchmarks/placement_time.py [--sizes 1000 5000 20000] [--graph FILE ...]
         [--transform coplacement fusion] [--out FILE]
 
+Issue 15's m-SCT timing (``--msct``): m-SCT end to end on the random DAGs and the captured GNMT, in
+this tree and, in the same run, in a checkout of the code before the change (``--before DIR``), plus
+the favorite-child LP alone with its windows; writes ``benchmarks/results/placement_time_msct.json``:
+
+    .venv/bin/python benchmarks/placement_time.py --msct --before /tmp/before [--repeats 3]
+
 Issue 4's GNMT table (``--gnmt``): the 4-layer GNMT of length 40 and 50 captured with roofline costs
 for baechi-4x2080 (captured once into ``benchmarks/.cache/``, or given with ``--graph``), each
 placer unfused and with co-placement + fusion, with ample memory and at 30% of it; medians of
@@ -26,6 +32,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,6 +41,7 @@ import numpy as np
 
 import devplace as dp
 from devplace.cluster import load_cluster
+from devplace.fileio import write_text_atomic
 from devplace.graph import GraphBuilder, OpGraph
 
 ALGOS = ("m-topo", "m-etf", "m-sct")
@@ -240,6 +249,71 @@ def gnmt_markdown(path: Path, before: Path | None = None) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------- issue 15: m-SCT fast on any graph
+MSCT_RESULTS = Path(__file__).parent / "results" / "placement_time_msct.json"
+
+
+def msct_rows(sizes: list[int], gnmt: list[str], repeats: int) -> list[dict]:
+    """m-SCT end to end (``devplace.place``, ample memory) on random layered DAGs and captured GNMT:
+    median wall and CPU seconds of ``repeats`` runs after a warm-up, the LP's status and the step."""
+    cluster = load_cluster("baechi-4x2080").with_memory_fraction(1000.0)
+    dp.place(random_layered_dag(50, seed=1), cluster, algo="m-sct")      # compile outside the timings
+    graphs = {f"random-layered-{n}": random_layered_dag(n) for n in sizes}
+    graphs |= {name: captured_gnmt(name) for name in gnmt}
+    rows = []
+    for name, graph in graphs.items():
+        runs = [_timed(lambda: dp.place(graph, cluster, algo="m-sct")) for _ in range(repeats + 1)][1:]
+        placement = runs[-1][0]
+        rows.append({"graph": name, "ops": graph.n_ops, "edges": graph.n_edges,
+                     **_median([(wall, cpu) for _, wall, cpu in runs]),
+                     "lp_status": placement.options["lp_status"],
+                     "favorite_children": placement.options["favorite_children"],
+                     "step_ms": round(dp.simulate(graph, cluster, placement).step_time_us / 1e3, 3)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def lp_rows(n_ops: int, whole_ops: int) -> list[dict]:
+    """The favorite-child LP alone (CPU s): on ``n_ops`` ops with today's windows and with the
+    former 2,500-op windows, and on ``whole_ops`` ops solved whole and in today's windows."""
+    from devplace.placers._listsched import op_times_us
+    from devplace.placers._lp import solve_favorite_lp
+    from devplace.placers.m_sct import lp_edge_us
+
+    cluster = load_cluster("baechi-4x2080").with_memory_fraction(1000.0)
+    rows = []
+    for n, window_ops, label in ((n_ops, None, "windows by columns"), (n_ops, 2500, "2,500-op windows"),
+                                 (whole_ops, None, "windows by columns"), (whole_ops, whole_ops, "whole")):
+        graph = random_layered_dag(n)
+        p, cost = op_times_us(graph, cluster).mean(axis=1), lp_edge_us(graph, cluster)
+        (x, _, makespan, status), wall, cpu = _timed(lambda: solve_favorite_lp(graph, p, cost, window_ops=window_ops))
+        rows.append({"ops": n, "windows": label, "status": status, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3),
+                     "lp_makespan_us": makespan, "favorites": int((x <= 0.1).sum())})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def msct_table(before: Path | None, sizes: list[int], gnmt: list[str], repeats: int, out: Path) -> None:
+    """Issue 15's m-SCT figures in this tree and, in a subprocess in the same run, in the ``before``
+    tree (a checkout of the code before the change): both measured under the same load."""
+    now = msct_rows(sizes, gnmt, repeats)
+    then = None
+    if before is not None:
+        worker = subprocess.run(
+            [sys.executable, __file__, "--msct-worker", json.dumps({"sizes": sizes, "gnmt": gnmt, "repeats": repeats})],
+            env=os.environ | {"PYTHONPATH": str(before.resolve())}, capture_output=True, text=True, check=True)
+        then = json.loads(worker.stdout.strip().splitlines()[-1])
+    lp = lp_rows(max(sizes), 5000)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, json.dumps({
+        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)},
+        "cluster": "baechi-4x2080 with 1000x memory", "repeats": repeats,
+        "before_tree": str(before) if before else None, "baechi_code_s": {"20000": 45.0},
+        "now": now, "before": then, "lp": lp,
+    }, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 5000, 20000])
@@ -254,7 +328,19 @@ def main() -> None:
                         help="memory settings with --gnmt: ample (x4), 1.0 (8 GiB cards), 0.3 (Baechi's 30%%)")
     parser.add_argument("--table", nargs="*", type=Path, default=None, metavar="RESULTS [BEFORE]",
                         help="print the markdown table of a --gnmt results file (beside an earlier run's)")
+    parser.add_argument("--msct", action="store_true",
+                        help="issue 15: m-SCT end to end on the random DAGs (--sizes) and GNMT, beside --before")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="with --msct: a checkout of the code before the change, timed in the same run")
+    parser.add_argument("--msct-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.msct_worker is not None:     # the --before side of --msct, in the before tree
+        spec = json.loads(args.msct_worker)
+        print(json.dumps(msct_rows(spec["sizes"], spec["gnmt"], spec["repeats"])))
+        return
+    if args.msct:
+        msct_table(args.before, args.sizes, list(GNMT_TARGETS), args.repeats, args.out or MSCT_RESULTS)
+        return
     if args.table is not None:
         print(gnmt_markdown(*(args.table or [GNMT_RESULTS])))
         return

@@ -30,8 +30,9 @@ OPTIMIZED_BY_DEFAULT = ("m-topo", "m-etf", "m-sct")
 
 
 def default_algos() -> list[str]:
-    """Every registered placer, then Baechi's placers with their optimizations (``+opt``)."""
-    names = list(available())
+    """Every placer registered to run by default (not the exact solver nor the learners: ask for them
+    by name), then Baechi's placers with their optimizations (``+opt``)."""
+    names = [name for name, info in available().items() if info.by_default]
     return names + [f"{name}+opt" for name in OPTIMIZED_BY_DEFAULT if name in names]
 
 

@@ -42,23 +42,27 @@ class PlacerInfo:
     function: Callable
     module: str
     options: type = NoOptions
+    by_default: bool = True   # False: compare runs it only when asked by name (it trains or solves for long)
 
     def describe(self) -> dict:
-        """Name, summary and declared options (``devplace algos --json``)."""
-        return {"name": self.name, "summary": self.summary, "options": describe_options(self.options)}
+        """Name, summary, declared options and whether compare runs it by default (``devplace algos --json``)."""
+        return {"name": self.name, "summary": self.summary, "options": describe_options(self.options),
+                "by_default": self.by_default}
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 _LOADED = False
 
 
-def register(name: str, summary: str, options: type = NoOptions) -> Callable:
-    """Decorator: make ``function`` available as ``algo=name``, taking the options ``options`` declares."""
+def register(name: str, summary: str, options: type = NoOptions, *, by_default: bool = True) -> Callable:
+    """Decorator: make ``function`` available as ``algo=name``, taking the options ``options`` declares.
+    ``by_default=False`` keeps it out of ``compare``'s default rows (a placer that trains or solves
+    for long is run when named)."""
 
     def wrap(function: Callable) -> Callable:
         if name in _REGISTRY and _REGISTRY[name].function is not function:
             raise RuntimeError(f"two placers registered as {name!r}")
-        _REGISTRY[name] = PlacerInfo(name, summary, function, function.__module__, options)
+        _REGISTRY[name] = PlacerInfo(name, summary, function, function.__module__, options, by_default)
         return function
 
     return wrap

@@ -169,20 +169,19 @@ def schedule(
         for relax in range(2):
             for slot in range(n_ready):
                 v = ready_ops[slot]
+                open_est = np.inf     # earliest start on a device open to v (not kept for another child)
                 for d in range(n_dev):
                     allowed[d] = (device[v] < 0 or device[v] == d) and not infeasible[v * n_dev + d]
                     est[d] = max(device_free[d], inputs_at[v * n_dev + d])
+                    if allowed[d] and (kept_for[d] < 0 or kept_for[d] == v) and est[d] < open_est:
+                        open_est = est[d]
                 for d in range(n_dev):
                     if not allowed[d]:
                         continue
                     if use_favorites and relax == 0 and kept_for[d] >= 0 and kept_for[d] != v:
                         # urgent: every other device open to v would start it strictly later
-                        urgent = True
-                        for o in range(n_dev):
-                            if o != d and allowed[o] and (kept_for[o] < 0 or kept_for[o] == v) \
-                                    and est[o] <= est[d]:
-                                urgent = False
-                        if not urgent:
+                        # (d, kept for another child, is not one of them)
+                        if open_est <= est[d]:
                             continue
                     t = est[d]
                     if t < best_t or (t == best_t and (level[v] > best_level or (
