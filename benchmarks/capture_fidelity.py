@@ -48,7 +48,8 @@ def eager_step_us(model, example_inputs, loss_fn, targets, *, steps: int, warmup
     for k in range(warmup + steps):
         start = clock()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(*example_inputs), *targets)
+        args, kwargs = ((), example_inputs) if isinstance(example_inputs, dict) else (example_inputs, {})
+        loss = loss_fn(model(*args, **kwargs), *targets)
         loss.backward()
         opt.step()
         elapsed = (clock() - start) / 1e3
@@ -60,13 +61,13 @@ def eager_step_us(model, example_inputs, loss_fn, targets, *, steps: int, warmup
 def measure(target: str, *, steps: int, repeats: int, rounds: int, clock: str) -> dict:
     """Alternate capture and eager runs ``rounds`` times (the machine may be shared) and take medians."""
     model, inputs, loss_fn, targets = load_target(target)
-    inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    inputs = inputs if isinstance(inputs, (tuple, list, dict)) else (inputs,)  # a dict: keyword inputs
     cluster = uniform_cluster(1, kind="cpu", memory_bytes=1e15)
     sims, eagers, captures, ratios = [], [], [], []
     load_before = os.getloadavg()[0]
     for _ in range(rounds):
         started = time.perf_counter()
-        graph = dp.capture(model, tuple(inputs), loss_fn, cost="measured", targets=targets, repeats=repeats,
+        graph = dp.capture(model, inputs, loss_fn, cost="measured", update="per-parameter", targets=targets, repeats=repeats,
                            progress=False, clock=clock)
         captures.append(time.perf_counter() - started)
         sims.append(dp.simulate(graph, cluster, [0] * graph.n_ops).step_time_us)

@@ -87,7 +87,7 @@ def main() -> None:
     from devplace.execute.schedule import check_against_graph, make_plan
     from devplace.fileio import write_text_atomic
     from devplace.io import save_graph
-    from devplace.placers import place
+    from devplace.portfolio import place
     from devplace.sim import simulate
 
     models = dict(list(MODELS.items())[:2]) if args.quick else MODELS
@@ -108,7 +108,7 @@ def main() -> None:
     for model, target in models.items():
         prep_load = load_average()
         prepared = prepare(target, cost=args.cost, repeats=7)
-        prepared.graph.meta["cost_load_average"] = prep_load
+        prepared.graph = prepared.graph.with_meta(cost_load_average=prep_load)
         for algo in algos:
             try:
                 placement = place(prepared.graph, cluster, algo=algo, seed=0)

@@ -77,7 +77,7 @@ def _progress(row):
 
 
 def run_ours(graph, cluster) -> list:
-    return compare(graph, cluster, [OURS], options={OURS: {"quiet": True}}, on_row=_progress).rows
+    return compare(graph, cluster, [OURS], on_row=_progress).rows
 
 
 def run_case(case: dict) -> dict:

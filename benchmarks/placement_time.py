@@ -1,4 +1,5 @@
-"""Placement time of m-TOPO, m-ETF and m-SCT, beside Baechi's own code (REFERENCE.md).
+"""Placement time of m-TOPO, m-ETF and m-SCT, beside Baechi's own code (beomyeol/baechi
+commit afe7278, timed on this project's machines) and Baechi's paper (Jeon et al., SoCC 2020).
 
 Setting as Baechi's table: random layered DAGs of 1k, 5k and 20k ops on 4 devices with ample memory
 (the baechi-4x2080 preset: sequential channels, 134 us + 0.1754 us/KB per transfer). For each run it
@@ -8,6 +9,12 @@ added with ``--graph PATH``; they are placed on the same cluster unless they car
 
     .venv/bin/python benchmarks/placement_time.py [--sizes 1000 5000 20000] [--graph FILE ...]
         [--transform coplacement fusion] [--out FILE]
+
+Issue 15's m-SCT timing (``--msct``): m-SCT end to end on the random DAGs and the captured GNMT, in
+this tree and, in the same run, in a checkout of the code before the change (``--before DIR``), plus
+the favorite-child LP alone with its windows; writes ``benchmarks/results/placement_time_msct.json``:
+
+    .venv/bin/python benchmarks/placement_time.py --msct --before /tmp/before [--repeats 3]
 
 Issue 4's GNMT table (``--gnmt``): the 4-layer GNMT of length 40 and 50 captured with roofline costs
 for baechi-4x2080 (captured once into ``benchmarks/.cache/``, or given with ``--graph``), each
@@ -25,6 +32,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +41,7 @@ import numpy as np
 
 import devplace as dp
 from devplace.cluster import load_cluster
+from devplace.fileio import write_text_atomic
 from devplace.graph import GraphBuilder, OpGraph
 
 ALGOS = ("m-topo", "m-etf", "m-sct")
@@ -57,8 +67,16 @@ def random_layered_dag(n_ops: int, *, seed: int = 0, max_inputs: int = 3) -> OpG
     return b.build()
 
 
-def bench(name: str, graph: OpGraph, cluster, algos=ALGOS, **transforms) -> dict:
-    row = {"graph": name, "transforms": sorted(k for k, on in transforms.items() if on), "ops": graph.n_ops, "edges": graph.n_edges, "devices": cluster.n_devices,
+def variant_suffix(transforms: list[str]) -> str:
+    """``--transform`` names as a placer spec suffix (``+opt`` = co-placement + fusion, ``+fwd``)."""
+    chosen = set(transforms)
+    if len(chosen & {"coplacement", "fusion"}) == 1:
+        raise SystemExit("--transform: coplacement and fusion go together (the ALGO+opt variant)")
+    return ("+opt" if "fusion" in chosen else "") + ("+fwd" if "forward_only" in chosen else "")
+
+
+def bench(name: str, graph: OpGraph, cluster, algos=ALGOS, transforms: tuple[str, ...] = ()) -> dict:
+    row = {"graph": name, "transforms": sorted(transforms), "ops": graph.n_ops, "edges": graph.n_edges, "devices": cluster.n_devices,
            "comm_model": cluster.comm_model}
     try:
         single = dp.place(graph, cluster, algo="single")
@@ -69,7 +87,7 @@ def bench(name: str, graph: OpGraph, cluster, algos=ALGOS, **transforms) -> dict
     for algo in algos:
         began = time.perf_counter()
         try:
-            placement = dp.place(graph, cluster, algo=algo, **transforms)
+            placement = dp.place(graph, cluster, algo=algo + variant_suffix(transforms))
         except dp.DevplaceError as exc:
             row[algo] = {"error": str(exc), "placement_s": time.perf_counter() - began}
             continue
@@ -89,7 +107,8 @@ GNMT_TARGETS = {"gnmt-len40": "zoo:gnmt:layers=4,seq_len=40", "gnmt-len50": "zoo
 GNMT_RESULTS = Path(__file__).parent / "results" / "placement_time_gnmt.json"
 CACHE = Path(__file__).parent / ".cache"
 AMPLE = 4.0   # as reproduce_papers.py: 4 x 8 GiB per GPU, where memory binds no placer
-BAECHI_GNMT = {   # REFERENCE.md, m-SCT: ops, placement s and step s unoptimized, then optimized
+BAECHI_GNMT = {   # Baechi (Jeon et al., SoCC 2020), table of the optimizations' effect on m-SCT:
+    # ops, placement s and step s unoptimized, then optimized
     "gnmt-len40": {"ops": 18050, "placement_s": 275.1, "step_s": 0.580,
                    "opt_ops": 542, "opt_placement_s": 1.2, "opt_step_s": 0.212},
     "gnmt-len50": {"ops": 22340, "placement_s": 406.1, "step_s": 0.793,
@@ -129,13 +148,14 @@ def time_placer(graph: OpGraph, cluster, algo: str, optimized: bool, repeats: in
     - ``placer``: the placing algorithm alone, on the graph it sees (the fused one when optimized);
     - ``end_to_end``: the whole ``devplace.place`` call: transform, placer, expansion back to every
       op and the feasibility simulation (colocation and memory check on the original graph)."""
-    from devplace.placers import available
+    from devplace.portfolio import available
     from devplace.transforms import optimize
 
     flags = {"coplacement": optimized, "fusion": optimized}
+    spec = algo + ("+opt" if optimized else "")
     row: dict = {"algo": algo, "optimized": optimized}
     try:
-        placement = dp.place(graph, cluster, algo=algo, **flags)           # warm-up (numba caches)
+        placement = dp.place(graph, cluster, algo=spec)           # warm-up (numba caches)
     except dp.DevplaceError as exc:
         return row | {"error": str(exc)}
     seen = optimize(graph, **flags).graph if optimized else graph
@@ -145,7 +165,7 @@ def time_placer(graph: OpGraph, cluster, algo: str, optimized: bool, repeats: in
         if optimized:
             transform.append(_timed(lambda: optimize(graph, **flags))[1:])
         placer.append(_timed(lambda: function(seen, cluster, seed=0))[1:])
-        placement, wall, cpu = _timed(lambda: dp.place(graph, cluster, algo=algo, **flags))
+        placement, wall, cpu = _timed(lambda: dp.place(graph, cluster, algo=spec))
         end_to_end.append((wall, cpu))
     result = dp.simulate(graph, cluster, placement)
     row |= {"ops_placed": seen.n_ops, "placer": _median(placer), "end_to_end": _median(end_to_end),
@@ -229,6 +249,71 @@ def gnmt_markdown(path: Path, before: Path | None = None) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------- issue 15: m-SCT fast on any graph
+MSCT_RESULTS = Path(__file__).parent / "results" / "placement_time_msct.json"
+
+
+def msct_rows(sizes: list[int], gnmt: list[str], repeats: int) -> list[dict]:
+    """m-SCT end to end (``devplace.place``, ample memory) on random layered DAGs and captured GNMT:
+    median wall and CPU seconds of ``repeats`` runs after a warm-up, the LP's status and the step."""
+    cluster = load_cluster("baechi-4x2080").with_memory_fraction(1000.0)
+    dp.place(random_layered_dag(50, seed=1), cluster, algo="m-sct")      # compile outside the timings
+    graphs = {f"random-layered-{n}": random_layered_dag(n) for n in sizes}
+    graphs |= {name: captured_gnmt(name) for name in gnmt}
+    rows = []
+    for name, graph in graphs.items():
+        runs = [_timed(lambda: dp.place(graph, cluster, algo="m-sct")) for _ in range(repeats + 1)][1:]
+        placement = runs[-1][0]
+        rows.append({"graph": name, "ops": graph.n_ops, "edges": graph.n_edges,
+                     **_median([(wall, cpu) for _, wall, cpu in runs]),
+                     "lp_status": placement.options["lp_status"],
+                     "favorite_children": placement.options["favorite_children"],
+                     "step_ms": round(dp.simulate(graph, cluster, placement).step_time_us / 1e3, 3)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def lp_rows(n_ops: int, whole_ops: int) -> list[dict]:
+    """The favorite-child LP alone (CPU s): on ``n_ops`` ops with today's windows and with the
+    former 2,500-op windows, and on ``whole_ops`` ops solved whole and in today's windows."""
+    from devplace.placers._listsched import op_times_us
+    from devplace.placers._lp import solve_favorite_lp
+    from devplace.placers.m_sct import lp_edge_us
+
+    cluster = load_cluster("baechi-4x2080").with_memory_fraction(1000.0)
+    rows = []
+    for n, window_ops, label in ((n_ops, None, "windows by columns"), (n_ops, 2500, "2,500-op windows"),
+                                 (whole_ops, None, "windows by columns"), (whole_ops, whole_ops, "whole")):
+        graph = random_layered_dag(n)
+        p, cost = op_times_us(graph, cluster).mean(axis=1), lp_edge_us(graph, cluster)
+        (x, _, makespan, status), wall, cpu = _timed(lambda: solve_favorite_lp(graph, p, cost, window_ops=window_ops))
+        rows.append({"ops": n, "windows": label, "status": status, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3),
+                     "lp_makespan_us": makespan, "favorites": int((x <= 0.1).sum())})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def msct_table(before: Path | None, sizes: list[int], gnmt: list[str], repeats: int, out: Path) -> None:
+    """Issue 15's m-SCT figures in this tree and, in a subprocess in the same run, in the ``before``
+    tree (a checkout of the code before the change): both measured under the same load."""
+    now = msct_rows(sizes, gnmt, repeats)
+    then = None
+    if before is not None:
+        worker = subprocess.run(
+            [sys.executable, __file__, "--msct-worker", json.dumps({"sizes": sizes, "gnmt": gnmt, "repeats": repeats})],
+            env=os.environ | {"PYTHONPATH": str(before.resolve())}, capture_output=True, text=True, check=True)
+        then = json.loads(worker.stdout.strip().splitlines()[-1])
+    lp = lp_rows(max(sizes), 5000)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, json.dumps({
+        "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)},
+        "cluster": "baechi-4x2080 with 1000x memory", "repeats": repeats,
+        "before_tree": str(before) if before else None, "baechi_code_s": {"20000": 45.0},
+        "now": now, "before": then, "lp": lp,
+    }, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 5000, 20000])
@@ -243,7 +328,19 @@ def main() -> None:
                         help="memory settings with --gnmt: ample (x4), 1.0 (8 GiB cards), 0.3 (Baechi's 30%%)")
     parser.add_argument("--table", nargs="*", type=Path, default=None, metavar="RESULTS [BEFORE]",
                         help="print the markdown table of a --gnmt results file (beside an earlier run's)")
+    parser.add_argument("--msct", action="store_true",
+                        help="issue 15: m-SCT end to end on the random DAGs (--sizes) and GNMT, beside --before")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="with --msct: a checkout of the code before the change, timed in the same run")
+    parser.add_argument("--msct-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.msct_worker is not None:     # the --before side of --msct, in the before tree
+        spec = json.loads(args.msct_worker)
+        print(json.dumps(msct_rows(spec["sizes"], spec["gnmt"], spec["repeats"])))
+        return
+    if args.msct:
+        msct_table(args.before, args.sizes, list(GNMT_TARGETS), args.repeats, args.out or MSCT_RESULTS)
+        return
     if args.table is not None:
         print(gnmt_markdown(*(args.table or [GNMT_RESULTS])))
         return
@@ -254,17 +351,18 @@ def main() -> None:
         return
     args.out = args.out or RESULTS
     cluster = load_cluster(args.cluster).with_memory_fraction(1000.0)   # ample memory
+    transforms = tuple(args.transform)
+    variant_suffix(transforms)   # refuse a combination no spec names before any work
     # compile once outside the timings, as a long-lived process would
     bench("warm-up", random_layered_dag(50, seed=1), cluster)
-    transforms = {name: True for name in args.transform}
-    rows = [bench(f"random-layered-{n}", random_layered_dag(n), cluster, **transforms) for n in args.sizes]
+    rows = [bench(f"random-layered-{n}", random_layered_dag(n), cluster, transforms=transforms) for n in args.sizes]
     for path in args.graph:
         graph = dp.load_graph(path)
         graph_cluster = cluster
         if "dnn_partitioning" in graph.meta:
             from devplace.io.dnn_partitioning import cluster_for
             graph_cluster = cluster_for(graph)
-        rows.append(bench(Path(path).name, graph, graph_cluster, **transforms))
+        rows.append(bench(Path(path).name, graph, graph_cluster, transforms=transforms))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},

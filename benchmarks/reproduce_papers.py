@@ -48,10 +48,9 @@ AMPLE = 4.0
 PAPER_GPU_FRACTION = 1.5
 BAECHI_ALGOS = ["single", "expert", "m-topo", "m-etf", "m-sct", "m-topo+opt", "m-etf+opt", "m-sct+opt"]
 # our own placer, where memory is tight (Baechi's 30% rows); evaluation-count budget only, so the
-# step times do not depend on the machine (no wall-clock cap)
+# step times do not depend on the machine (its default: no wall-clock cap)
 OWN = "sim-search"
 OWN_FRACTIONS = (0.3,)
-OWN_OPTIONS = {OWN: {"time_budget_s": None, "quiet": True}}
 PARTITION_ALGOS = ["single", "expert", "metis", "m-etf+opt", "m-sct+opt"]
 DNN_ALGOS = ["single", "round-robin", "random", "metis", "heft", "m-topo", "m-etf", "m-sct",
              "m-topo+opt", "m-etf+opt", "m-sct+opt"]
@@ -157,7 +156,7 @@ def run_case(case: dict, algos: list[str] | None = None) -> dict:
         took = f" placed in {row.placement_time_s:.1f} s" if row.placement_time_s is not None else ""
         print(f"    {row.algorithm:12s} {what}{took}", flush=True)
 
-    comparison = compare(graph, cluster, algos or case["algos"], on_row=progress, options=OWN_OPTIONS)
+    comparison = compare(graph, cluster, algos or case["algos"], on_row=progress)
     return {"case": case, "cluster": cluster.name, "cluster_devices": cluster.n_devices, "ops": graph.n_ops,
             "rows": [row.to_dict() for row in comparison.rows]}
 
@@ -206,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------- published figures
-# Step times in seconds from the papers' tables (copied from REFERENCE.md; None = out of memory).
+# Step times in seconds from the papers' step-time tables (Baechi, Jeon et al., SoCC 2020; the Hierarchical
+# Planner, Mirhoseini et al., ICLR 2018; ColocRL, Mirhoseini et al., ICML 2017; None = out of memory).
 PAPER_BAECHI = {  # (model, batch): single GPU, expert, m-TOPO, m-ETF, m-SCT (all with Baechi's optimizations)
     ("Inception-V3", 32): (0.269, 0.269, 0.286, 0.269, 0.269),
     ("Inception-V3", 64): (0.491, 0.491, 0.521, 0.491, 0.491),

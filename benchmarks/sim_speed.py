@@ -11,18 +11,27 @@ graphs) and the fixed cost per call (small graphs) matter. For each size this ti
 Graphs are random layered DAGs (about sqrt(n) layers, 2 inputs per op from the previous 3 layers),
 placed uniformly at random on 4 devices of a parallel-link cluster.
 
+``--baseline REV`` also times ``step_time_us`` with the engine of git revision REV (loaded from a
+temporary copy of its ``devplace/sim/engine.py``) beside the current one, in the same process,
+calls alternating, under every communication model, and checks both give the same finish times:
+a change to the engine is judged against its predecessor under the same load.
+
     .venv/bin/python benchmarks/sim_speed.py            # writes benchmarks/results/sim_speed.json
     .venv/bin/python benchmarks/sim_speed.py --quick    # smaller repeat counts
+    .venv/bin/python benchmarks/sim_speed.py --sizes 20000 --baseline main --out FILE
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,11 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from devplace.cluster import uniform_cluster
+from devplace.cluster import COMM_MODELS, uniform_cluster
 from devplace.fileio import write_text_atomic
 from devplace.graph import OpGraph
 from devplace.io import load_graph, save_graph
 from devplace.sim import Simulator
+from devplace.sim import simulator as simulator_module
 
 SIZES = (200, 1_000, 10_000, 20_000, 100_000)
 N_DEVICES = 4
@@ -137,14 +147,72 @@ def measure(n_ops: int, quick: bool) -> dict:
     }
 
 
+def baseline_engine(rev: str, folder: Path):
+    """The engine module of git revision ``rev``, loaded from a copy in ``folder``."""
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(["git", "show", f"{rev}:devplace/sim/engine.py"], cwd=root, check=True,
+                            capture_output=True, text=True).stdout
+    path = folder / "baseline_engine.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("baseline_engine", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def engine_swapped(module):
+    """``Simulator`` calls ``module``'s compiled functions instead of the current engine's."""
+    current = simulator_module.engine
+    simulator_module.engine = module
+    try:
+        yield
+    finally:
+        simulator_module.engine = current
+
+
+def versus_baseline(rev: str, n_ops: int, quick: bool) -> list[dict]:
+    """``step_time_us`` with the current engine and with REV's, per communication model."""
+    graph = random_layered_dag(n_ops)
+    devices = np.random.default_rng(1).integers(0, N_DEVICES, n_ops).astype(np.int64)
+    repeats = repeats_for(n_ops, quick)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        baseline = baseline_engine(rev, Path(tmp))
+        for model in COMM_MODELS:
+            sim = Simulator(graph, uniform_cluster(N_DEVICES, latency_us=10.0, bandwidth_bytes_per_us=1e4,
+                                                   comm_model=model))
+            current_finish = sim.run(devices).finish_us
+            with engine_swapped(baseline):
+                if not np.array_equal(sim.run(devices).finish_us, current_finish):
+                    raise SystemExit(f"the engine of {rev} gives other finish times under {model}")
+            times = {"current": ([], []), "baseline": ([], [])}
+            for _ in range(repeats):  # alternate, so both see the same load
+                for which in times:
+                    with engine_swapped(baseline) if which == "baseline" else contextlib.nullcontext():
+                        wall, cpu = median_seconds(lambda: sim.step_time_us(devices), 1)
+                    times[which][0].append(wall)
+                    times[which][1].append(cpu)
+            row = {"ops": n_ops, "edges": graph.n_edges, "devices": N_DEVICES, "comm_model": model,
+                   "repeats": repeats}
+            for which, (wall, cpu) in times.items():
+                row[f"{which}_step_time_ms"] = statistics.median(wall) * 1e3
+                row[f"{which}_step_time_cpu_ms"] = statistics.median(cpu) * 1e3
+            rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--baseline", metavar="REV", help="also time step_time_us with the engine of git revision REV")
     args = parser.parse_args(argv)
 
     rows = [measure(n, args.quick) for n in sorted(args.sizes)]
+    baseline_rows = [row for n in sorted(args.sizes) for row in versus_baseline(args.baseline, n, args.quick)] \
+        if args.baseline else []
     print(f"{'ops':>7} {'edges':>7} | {'run ms':>8} {'(cpu)':>8} | {'step ms':>8} {'(cpu)':>8} | "
           f"{'run Mops/s':>10} | {'traced MiB':>10} {'RSS MiB':>7} | {'load ms':>8} {'(cpu)':>8}")
     for r in rows:
@@ -154,6 +222,10 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['run_tracemalloc_peak_mib']:>10.2f} {r['process_peak_rss_mib']:>7.0f} | "
             f"{r['native_json_load_ms']:>8.1f} {r['native_json_load_cpu_ms']:>8.1f}"
         )
+    for r in baseline_rows:
+        print(f"{r['ops']:>7} ops, {r['comm_model']:>10}: step {r['baseline_step_time_ms']:.3f} ms ({args.baseline}) "
+              f"-> {r['current_step_time_ms']:.3f} ms (cpu {r['baseline_step_time_cpu_ms']:.3f} -> "
+              f"{r['current_step_time_cpu_ms']:.3f})")
     report = {
         "benchmark": "sim_speed",
         "python": sys.version.split()[0],
@@ -164,6 +236,11 @@ def main(argv: list[str] | None = None) -> None:
         "load_average_1min": os.getloadavg()[0],  # other work on the machine inflates the times
         "rows": rows,
     }
+    if args.baseline:
+        report["baseline_rev"] = args.baseline
+        report["baseline_commit"] = subprocess.run(["git", "rev-parse", args.baseline], cwd=Path(__file__).parent,
+                                                   check=True, capture_output=True, text=True).stdout.strip()
+        report["versus_baseline"] = baseline_rows
     write_text_atomic(args.out, json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
 

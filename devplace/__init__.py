@@ -12,6 +12,7 @@ the command line start fast; ``capture`` and ``run`` load torch when called.
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 
@@ -20,10 +21,14 @@ from devplace.errors import DevplaceError
 from devplace.graph import GraphBuilder, OpGraph, Role
 from devplace.io import load_graph, save_graph
 from devplace.placement import Placement
-from devplace.placers import place
+from devplace.portfolio import place
+from devplace import learn  # noqa: F401,E402  (registers the learning placers; they import torch only when they run)
 from devplace.sim import SimResult, Simulator, simulate
 
 __version__ = "0.1.0"
+
+# library code logs under "devplace" and never prints; the application decides what to show
+logging.getLogger("devplace").addHandler(logging.NullHandler())
 
 
 def example_path(name: str) -> Path:
@@ -35,8 +40,9 @@ def example_path(name: str) -> Path:
     return path
 
 
-def capture(model, example_inputs=None, loss_fn=None, optimizer="adam", cost="measured", cluster=None, **options) -> OpGraph:
-    """Capture a PyTorch training step as an OpGraph (imports torch; see ``devplace.torchcapture``)."""
+def capture(model, example_inputs=None, loss_fn=None, optimizer="adam", cost="roofline", cluster=None, **options) -> OpGraph:
+    """Capture a PyTorch training step as an OpGraph, by default with roofline costs for ``cluster``'s
+    devices (``cost="measured"`` times each op here instead; imports torch, see ``devplace.torchcapture``)."""
     from devplace.torchcapture import capture as capture_step
 
     return capture_step(model, example_inputs, loss_fn, optimizer=optimizer, cost=cost, cluster=cluster, **options)

@@ -3,6 +3,10 @@
 Every command answers bad input with one line on stderr and exit code 2 (no traceback; set
 DEVPLACE_DEBUG=1 to see one), and writes its files through a temporary file and a rename, so a
 failed command leaves nothing half-written.
+
+One set of conventions: ``--json`` on every command prints machine-readable output; ``-o/--output``
+is always the path a command writes; placer options are ``--option KEY=VALUE`` in ``place`` and
+``--option ALGO.KEY=VALUE`` in ``compare``; ``-c/--cluster`` names the machine.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import functools
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from devplace.errors import DevplaceError
 from devplace.fileio import json_default
@@ -28,11 +34,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# markup off: exception text, op and file names and cluster names are printed as they are (a "[/x]"
+# in gloo's error text or a cluster name must neither crash the printer nor vanish); styling is
+# added with Text objects (``styled``)
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
+
+
+def styled(label: str, style: str, rest: str = "") -> Text:
+    """``label`` in ``style``, then ``rest`` verbatim."""
+    return Text.assemble((label, style), (" " + rest) if rest else "")
 
 
 def friendly_errors(command: Callable) -> Callable:
@@ -45,12 +59,12 @@ def friendly_errors(command: Callable) -> Callable:
         except DevplaceError as exc:
             if os.environ.get("DEVPLACE_DEBUG"):
                 raise
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(styled("error:", "bold red", str(exc)), highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
             if os.environ.get("DEVPLACE_DEBUG"):
                 raise
-            err_console.print(f"[bold red]error:[/] {exc.strerror}: {exc.filename}", highlight=False, soft_wrap=True)
+            err_console.print(styled("error:", "bold red", f"{exc.strerror}: {exc.filename}"), highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:
             err_console.print("interrupted")
@@ -61,8 +75,8 @@ def friendly_errors(command: Callable) -> Callable:
             if os.environ.get("DEVPLACE_DEBUG"):
                 raise
             err_console.print(
-                f"[bold red]internal error[/] ({type(exc).__name__}: {exc}); "
-                f"rerun with DEVPLACE_DEBUG=1 for the traceback and report it",
+                styled("internal error", "bold red", f"({type(exc).__name__}: {exc}); "
+                       f"rerun with DEVPLACE_DEBUG=1 for the traceback and report it"),
                 highlight=False, soft_wrap=True,
             )
             raise typer.Exit(EXIT_INTERNAL) from None
@@ -140,12 +154,34 @@ def parse_options(pairs: list[str]) -> dict:
     options = {}
     for pair in pairs:
         if "=" not in pair:
-            raise DevplaceError(f"option {pair!r} must look like key=value")
+            raise DevplaceError(f"--option {pair!r} must look like key=value")
         key, value = pair.split("=", 1)
         try:
             options[key.strip().replace("-", "_")] = json.loads(value)
         except json.JSONDecodeError:
             options[key.strip().replace("-", "_")] = value
+    return options
+
+
+def parse_scoped_options(pairs: list[str], specs: list[str]) -> dict[str, dict]:
+    """``ALGO.key=value`` pairs -> options per row of ``specs``. ALGO is a row as written in
+    ``--algos`` (``m-sct+opt``) or a placer, whose every row gets the option (``m-sct`` and
+    ``m-sct+opt``); an ALGO with no row in this run is refused, naming the rows."""
+    from devplace.portfolio import parse_algo
+
+    placer_of = {spec: parse_algo(spec)[0] for spec in specs}
+    options: dict[str, dict] = {spec: {} for spec in specs}
+    for pair in pairs:
+        scope, dot, rest = pair.partition(".")
+        if not dot or "=" not in rest or "=" in scope:
+            raise DevplaceError(f"--option {pair!r} must look like ALGO.key=value (e.g. m-sct.threshold=0.2)")
+        rows = [spec for spec in specs if scope.strip() in (spec, placer_of[spec])]
+        if not rows:
+            raise DevplaceError(
+                f"--option {pair!r} is for {scope!r}, which is not in this run: use one of {', '.join(specs)}"
+            )
+        for spec in rows:
+            options[spec] |= parse_options([rest])
     return options
 
 
@@ -158,11 +194,23 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ):
     """Summarise an operator graph: ops, edges, roles, memory, compute."""
+    import numpy as np
+
     graph, _ = load_graph_and_cluster(graph_path, cluster, need_cluster=False)
     summary = graph.summary()
-    fallback = graph.meta.get("flop_fallback_ops")
-    if fallback is not None:
-        summary["flop_fallback_ops"] = fallback
+    meta = graph.meta
+    if "cost_model" in meta:
+        summary["cost_model"] = meta["cost_model"]
+    if meta.get("costed_for"):
+        summary["costed_for"] = {kind: spec.get("model", "") for kind, spec in meta["costed_for"].items()}
+    if meta.get("cost_notes"):
+        summary["cost_notes"] = meta["cost_notes"]
+    fallback = meta.get("flop_fallback_ops")
+    if fallback is not None and "op_flops" in meta:
+        flops = np.asarray(meta["op_flops"], dtype=float)
+        guessed = np.isin(np.asarray(graph.kinds, dtype=object), list(fallback))
+        summary["flop_fallback"] = {"kinds": fallback, "ops": int(guessed.sum()),
+                                    "flops_share": float(flops[guessed].sum() / flops.sum()) if flops.sum() else 0.0}
     if as_json:
         print_json(summary)
         return
@@ -175,11 +223,17 @@ def info(
     table.add_row("output bytes (sum)", fmt_bytes(summary["output_bytes"]))
     for kind, total in summary["total_compute_us"].items():
         table.add_row(f"compute on one {kind}", fmt_us(total))
+    if "cost_model" in summary:
+        devices = ", ".join(f"{k}: {m or 'unnamed'}" for k, m in summary.get("costed_for", {}).items())
+        table.add_row("costs", summary["cost_model"] + (f" for {devices}" if devices else ""))
+    for note in summary.get("cost_notes", []):
+        table.add_row("cost note", note)
     if summary["fixed_cost_edges"]:
         table.add_row("edges with fixed transfer time", str(summary["fixed_cost_edges"]))
-    if fallback:
-        shown = ", ".join(sorted(set(fallback))[:10])
-        table.add_row("FLOPs estimated from shapes", f"{len(fallback)} ops ({shown})")
+    if summary.get("flop_fallback", {}).get("ops"):
+        est = summary["flop_fallback"]
+        shown = ", ".join(est["kinds"][:10])
+        table.add_row("FLOPs estimated from shapes", f"{est['ops']} ops, {est['flops_share']:.2%} of FLOPs ({shown})")
     console.print(table)
 
 
@@ -227,7 +281,11 @@ def simulate(
 
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
     placement = Placement.load(placement_path)
-    result = run_simulation(graph, target, placement)
+    with warnings.catch_warnings(record=True) as caught:  # e.g. a split colocation group: simulated, said once
+        warnings.simplefilter("always")
+        result = run_simulation(graph, target, placement)
+    for warning in caught:
+        err_console.print(styled("warning:", "bold yellow", str(warning.message)), highlight=False, soft_wrap=True)
     if trace is not None:
         write_chrome_trace(result, trace)
     if as_json:
@@ -243,28 +301,35 @@ def simulate(
             dev.name,
             fmt_us(result.busy_us[d]),
             f"{100 * result.busy_us[d] / max(result.step_time_us, 1e-12):.0f}%",
-            ("[red]" if over else "") + fmt_bytes(result.peak_memory_bytes[d]),
+            Text(fmt_bytes(result.peak_memory_bytes[d]), style="red" if over else ""),
             fmt_bytes(dev.memory_bytes),
             fmt_bytes(sent[d]),
         )
     console.print(table)
     for line in result.overflow_report():
-        console.print(f"[red]out of memory:[/] {line}")
+        console.print(styled("out of memory:", "red", line), highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace written to {trace} (open it in https://ui.perfetto.dev)")
 
 
 @app.command()
 @friendly_errors
-def algos():
-    """List the placing algorithms."""
-    from devplace.placers import available
+def algos(as_json: bool = typer.Option(False, "--json", help="print each placer with its options as JSON")):
+    """List the placing algorithms and the options each takes (`place --option KEY=VALUE`)."""
+    from devplace.portfolio import available
 
-    table = Table(title="placers")
-    table.add_column("name")
+    placers = [info.describe() for info in available().values()]
+    if as_json:
+        print_json(placers)
+        return
+    table = Table(title="placers (options: place --option KEY=VALUE)", show_lines=True)
+    table.add_column("name", no_wrap=True)
     table.add_column("what it does")
-    for name, info in available().items():
-        table.add_row(name, info.summary)
+    table.add_column("options (type = default: help)")
+    for placer in placers:
+        options = Text("\n").join(styled(o["name"], "bold", f"({o['type']} = {o['default']!r}): {o['help']}")
+                                   for o in placer["options"])
+        table.add_row(placer["name"], placer["summary"], options or "-")
     console.print(table)
 
 
@@ -274,20 +339,19 @@ def place(
     graph_path: str = typer.Argument(..., metavar="GRAPH", help="graph file or model target"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="preset name, TOML path, or from-graph"),
     algo: str = typer.Option("m-sct", "--algo", "-a", help="placer name (see `devplace algos`)"),
-    option: list[str] = typer.Option([], "--option", "-o", help="placer option key=value (repeatable)"),
+    option: list[str] = typer.Option([], "--option", help="placer option KEY=VALUE (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
     memory_fraction: Optional[float] = typer.Option(None, "--memory-fraction", help="scale every device's memory"),
-    output: Path = typer.Option(..., "--output", "--out", help="where to write the placement JSON"),
+    output: Path = typer.Option(..., "--output", "-o", help="where to write the placement JSON"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
 ):
     """Place GRAPH on a cluster and write the placement."""
-    from devplace.placers import place as run_placer
+    from devplace.portfolio import place as run_placer
+    from devplace.progress import showing_progress
     from devplace.sim import simulate as run_simulation
 
-    from devplace.progress import LineReporter, reporting
-
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
-    with reporting(LineReporter(every_s=2.0)):   # long placers (learners) show progress on stderr
+    with showing_progress(err_console):
         placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
     placement.save(output, graph)
     result = run_simulation(graph, target, placement)
@@ -324,7 +388,8 @@ def comparison_table(comparison, title: str) -> Table:
     for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
         if row.error:
             reason = row.error if len(row.error) <= 36 else row.error[:35] + "…"
-            table.add_row(row.algorithm, "-", "-", "-", "-", "-", f"[red]{'out of memory' if row.oom else 'failed'}:[/] {reason}")
+            table.add_row(row.algorithm, "-", "-", "-", "-", "-",
+                          styled(f"{'out of memory' if row.oom else 'failed'}:", "red", reason))
             continue
         peak = (" ".join(f"{p / scale:.2f}" for p in row.peak_memory_bytes) if few
                 else f"{max(row.peak_memory_bytes) / scale:.2f}")
@@ -335,7 +400,7 @@ def comparison_table(comparison, title: str) -> Table:
             peak,
             fmt_bytes(row.bytes_moved),
             f"{row.placement_time_s:.2f} s",
-            "[red]out of memory[/]" if row.oom else ("[green]best[/]" if row is comparison.best else ""),
+            Text("out of memory", "red") if row.oom else Text("best", "green") if row is comparison.best else "",
         )
     return table
 
@@ -350,45 +415,45 @@ def compare(
         None, "--algos",
         help="comma-separated placers, each ALGO[+opt][+fwd] (+opt: co-placement + fusion; +fwd: forward-op "
              "placement); default: every placer plus m-topo+opt, m-etf+opt, m-sct+opt"),
+    option: list[str] = typer.Option(
+        [], "--option", help="placer option ALGO.KEY=VALUE for one placer's rows or one row (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
-    out: Optional[Path] = typer.Option(None, "--out", help="folder for CSV/JSON, plots, trace and report.html"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for CSV/JSON, plots, trace and report.html"),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
 ):
     """Run the placers on one model and compare their simulated step times."""
     from devplace.compare import compare as run_compare
-    from devplace.compare import default_algos, parse_algo
+    from devplace.compare import default_algos
+    from devplace.progress import showing_progress
 
     names = [a.strip() for a in algos.split(",") if a.strip()] if algos else default_algos()
-    for name in names:
-        parse_algo(name)  # a misspelt placer fails before a long capture
+    options = parse_scoped_options(option, names)  # a misspelt placer fails before a long capture
     status = err_console if as_json else console
     graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
     finished: list[str] = []
-    with status.status(f"placing with {names[0]} (1/{len(names)})") as spinner:
+    with showing_progress(status):
         def progress(row):
             finished.append(row.algorithm)
             took = f"placed in {row.placement_time_s:.2f} s" if row.placement_time_s is not None else "no placement"
             step = fmt_us(row.step_time_us) if row.step_time_us else "-"
             status.print(f"  [{len(finished)}/{len(names)}] {row.algorithm}: {step} ({took})", highlight=False)
-            if len(finished) < len(names):
-                spinner.update(f"placing with {names[len(finished)]} ({len(finished) + 1}/{len(names)})")
 
-        comparison = run_compare(graph, machine, names, seed=seed, on_row=progress)
-    if out is not None:
+        comparison = run_compare(graph, machine, names, seed=seed, options=options, on_row=progress)
+    if output is not None:
         from devplace.report import write_report
 
-        with status.status(f"writing the report to {out}"):
-            page = write_report(comparison, out, f"{target} on {machine.name}")
+        with status.status(f"writing the report to {output}"):
+            page = write_report(comparison, output, f"{target} on {machine.name}")
     if as_json:
         print_json([row.to_dict() for row in comparison.rows])
         return
     table = comparison_table(comparison, f"{target} on {machine.name} ({graph.n_ops} ops)")
     # piped output has no width: give the table room rather than cut every column to "…"
-    (console if console.is_terminal else Console(width=max(console.width, 130))).print(table)
+    (console if console.is_terminal else Console(width=max(console.width, 130), markup=False)).print(table)
     for row in comparison.rows:
         if row.error and len(row.error) > 36:
-            console.print(f"[bold]{row.algorithm}[/]: {row.error}", highlight=False, soft_wrap=True)
-    if out is not None:
+            console.print(styled(f"{row.algorithm}:", "bold", row.error), highlight=False, soft_wrap=True)
+    if output is not None:
         console.print(f"report written to {page}")
 
 
@@ -397,21 +462,35 @@ def compare(
 def profile(
     target: str = typer.Argument(..., help="zoo:NAME[:key=value,...] or path/to/file.py:function"),
     output: Path = typer.Option(..., "--output", "-o", help="where to write the graph JSON"),
-    cost: str = typer.Option("roofline", "--cost", help="measured (time each op here) or roofline (from --cluster specs)"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses"),
+    cost: str = typer.Option("roofline", "--cost", help="roofline (from --cluster's device specs, the default) or measured (time each op here)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="cluster whose device specs the roofline model uses (needed for roofline)"),
     optimizer: str = typer.Option("adam", "--optimizer", help="optimizer whose update is captured"),
+    as_json: bool = typer.Option(False, "--json", help="print the graph's summary as JSON"),
+    update: str = typer.Option("foreach", "--update", help="how the optimizer step runs: foreach (multi-tensor "
+                               "kernels, PyTorch's GPU default), fused or per-parameter"),
 ):
     """Capture a model's training step as an operator graph."""
     from devplace.torchcapture import profile_target
     from devplace.cluster import load_cluster
     from devplace.io import save_graph
+    from devplace.progress import showing_progress
 
-    graph = profile_target(
-        target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer
-    )
+    if cost == "roofline" and cluster is None:
+        raise DevplaceError("--cost roofline (the default) needs --cluster NAME_OR_TOML (see `devplace clusters`), "
+                            "whose devices' peaks set the op times; or --cost measured to time every op here")
+    with showing_progress(err_console):
+        graph = profile_target(
+            target, cost=cost, cluster=None if cluster is None else load_cluster(cluster), optimizer=optimizer,
+            update=update,
+        )
     save_graph(graph, output)
     summary = graph.summary()
+    if as_json:
+        print_json({**summary, "output": str(output)})
+        return
     console.print(f"captured {summary['ops']} ops, {summary['edges']} edges ({summary['roles']}); written to {output}")
+    for note in graph.meta.get("cost_notes", []):
+        err_console.print(f"note: {note}", highlight=False)
 
 
 @app.command()
@@ -435,12 +514,17 @@ def run(
     """Run TARGET's training step for real under a placement; measured vs simulated step time."""
     from devplace.execute import eager_reference, max_difference, prepare
     from devplace.execute import run as execute
+    from devplace.execute.distributed import under_torchrun
 
     if cost not in ("executed", "measured"):
         raise DevplaceError(f"unknown --cost {cost!r}: use executed or measured")
     if cost == "executed" and any(not d.startswith("cpu") for d in device):
         raise DevplaceError("--cost executed times ops on the CPU: use --cost measured with other devices")
     prepared = prepare(target, cost=cost)
+    if cluster is None and not (backend == "distributed" and under_torchrun()):
+        err_console.print("no --cluster: calibrating this machine's devices and links first (about 15 s on 2 "
+                          "devices, longer with more; `devplace calibrate -o C.toml` once, then --cluster C.toml)",
+                          highlight=False, soft_wrap=True)
     result = execute(target, placement_path, cluster=cluster, backend=backend, steps=steps, warmup=warmup,
                      devices=device or None, timeout_s=timeout, prepared=prepared, timeline=trace is not None)
     if result is None:  # a torchrun rank other than 0
@@ -459,8 +543,10 @@ def run(
     console.print(
         f"{backend} on {result.n_devices} devices: measured step {fmt_us(result.measured_step_time_us)} "
         f"(median of {steps}), simulated {fmt_us(result.simulated_step_time_us)} "
-        f"({100 * summary['relative_error']:+.0f}% off), loss {result.loss:.6g}, {result.n_transfers} transfers per step"
+        f"({100 * summary['relative_error']:+.0f}% off), loss {result.loss:.6g}, {result.n_transfers} transfers per step",
+        highlight=False,
     )
+    console.print(f"measured and simulated: {result.simulated_as}", highlight=False)
     if check:
         console.print(f"largest relative difference from an eager step: {error:.2e} ({worst})")
     if trace is not None:

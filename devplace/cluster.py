@@ -31,40 +31,51 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from devplace.errors import ClusterError
-
-COMM_MODELS = ("parallel", "sequential", "duplex", "pipelined")
-COMM_MODEL_CODES = {name: i for i, name in enumerate(COMM_MODELS)}
+from devplace.frozen import FrozenDict, freeze, read_only_array, set_read_only_state
+from devplace.sim import channels
+from devplace.sim.channels import COMM_MODEL_CODES, COMM_MODELS
 
 
 @dataclass(frozen=True)
 class Device:
-    """One device. ``kind`` selects the graph's compute-time column for it."""
+    """One device. ``kind`` selects the graph's compute-time column for it; ``model`` and the peaks
+    say what a roofline-costed column was costed for (bf16/fp16: tensor-core peaks, 0 if none)."""
 
     name: str
     kind: str
     memory_bytes: float
     peak_flops: float = 0.0
     memory_bandwidth_bytes_per_s: float = 0.0
+    model: str = ""
+    peak_flops_bf16: float = 0.0
+    peak_flops_fp16: float = 0.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class Cluster:
+    """Devices and links, validated on construction and unchangeable afterwards (frozen fields,
+    read-only matrices, a read-only ``meta``): derive a variant with ``with_memory_fraction``,
+    ``with_devices`` or ``dataclasses.replace``, which validates it again."""
+
     name: str
-    devices: list[Device]
+    devices: tuple[Device, ...]
     comm_model: str
     latency_us: np.ndarray
     bandwidth_bytes_per_us: np.ndarray
     op_gap_us: float = 0.0
     description: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: Mapping = field(default_factory=FrozenDict)
     send_overhead_us: np.ndarray | None = None  # [src, dst]: device time per message, charged to src
     recv_overhead_us: np.ndarray | None = None  # [src, dst]: charged to dst; both default to zeros
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "meta", freeze(dict(self.meta)))
         d = len(self.devices)
         if d == 0:
             raise ClusterError(f"cluster {self.name!r} has no devices: add at least one [[devices]] entry")
@@ -79,18 +90,18 @@ class Cluster:
         for dev in self.devices:
             if not (math.isfinite(dev.memory_bytes) and dev.memory_bytes > 0):
                 raise ClusterError(f"device {dev.name!r} has memory_bytes = {dev.memory_bytes!r}: it must be > 0")
-            for attr in ("peak_flops", "memory_bandwidth_bytes_per_s"):
+            for attr in ("peak_flops", "memory_bandwidth_bytes_per_s", "peak_flops_bf16", "peak_flops_fp16"):
                 value = getattr(dev, attr)
                 if not (math.isfinite(value) and value >= 0):
                     raise ClusterError(f"device {dev.name!r} has {attr} = {value!r}: it must be >= 0")
-        self.latency_us = np.ascontiguousarray(self.latency_us, dtype=np.float64).reshape(d, d)
-        self.bandwidth_bytes_per_us = np.ascontiguousarray(self.bandwidth_bytes_per_us, dtype=np.float64).reshape(d, d)
+        for attr in ("latency_us", "bandwidth_bytes_per_us"):
+            object.__setattr__(self, attr, read_only_array(getattr(self, attr), np.float64).reshape(d, d))
         off = ~np.eye(d, dtype=bool)
         for attr in ("send_overhead_us", "recv_overhead_us"):
             value = getattr(self, attr)
             value = np.zeros((d, d)) if value is None else np.array(value, dtype=np.float64).reshape(d, d)
             np.fill_diagonal(value, 0.0)  # a device sends nothing to itself
-            setattr(self, attr, np.ascontiguousarray(value))
+            object.__setattr__(self, attr, read_only_array(value, np.float64))
         bad_latency = off & ~(np.isfinite(self.latency_us) & (self.latency_us >= 0))
         bad_bandwidth = off & ~(self.bandwidth_bytes_per_us > 0)
         bad_send = ~(np.isfinite(self.send_overhead_us) & (self.send_overhead_us >= 0))
@@ -106,8 +117,8 @@ class Cluster:
                 )
         if not (math.isfinite(self.op_gap_us) and self.op_gap_us >= 0):
             raise ClusterError(f"cluster {self.name!r} has op_gap_us = {self.op_gap_us!r}: it must be >= 0")
-        for arr in (self.latency_us, self.bandwidth_bytes_per_us, self.send_overhead_us, self.recv_overhead_us):
-            arr.flags.writeable = False
+
+    __setstate__ = set_read_only_state  # a pickled or copied one stays read-only
 
     @property
     def n_devices(self) -> int:
@@ -143,12 +154,12 @@ class Cluster:
 
     def transfer_us(self, src: int, dst: int, nbytes: float) -> float:
         """Time from sending ``nbytes`` on ``src`` until a consumer on ``dst`` can use them, link and
-        devices idle: the message latency (link and both devices' overheads) plus bytes / bandwidth."""
+        devices idle, as the simulator and the placers cost it (``sim.channels.transfer_us``): the
+        message latency (link and both devices' overheads) plus bytes / bandwidth; 0 for no bytes."""
         if src == dst:
             return 0.0
-        # element by element: HEFT calls this per edge, and message_latency_us builds a whole matrix
-        fixed = self.latency_us[src, dst] + self.send_overhead_us[src, dst] + self.recv_overhead_us[src, dst]
-        return float(fixed + nbytes / self.bandwidth_bytes_per_us[src, dst])
+        latency = self.latency_us[src, dst] + self.send_overhead_us[src, dst] + self.recv_overhead_us[src, dst]
+        return float(channels.transfer_us(float(nbytes), math.nan, latency, self.bandwidth_bytes_per_us[src, dst])[0])
 
     def with_memory_fraction(self, fraction: float) -> "Cluster":
         """The same cluster with every device's memory scaled, as Baechi's 30% experiments."""
@@ -259,7 +270,8 @@ def _link(table: dict, where: str, extra: tuple[str, ...] = ()) -> tuple[float, 
 
 
 TOP_FIELDS = ("name", "description", "comm_model", "op_gap_us", "devices", "links")
-DEVICE_FIELDS = ("name", "kind", "count", "memory_gib", "memory_bytes", "peak_tflops", "memory_bandwidth_gbps")
+DEVICE_FIELDS = ("name", "kind", "model", "count", "memory_gib", "memory_bytes", "peak_tflops", "peak_tflops_bf16",
+                 "peak_tflops_fp16", "memory_bandwidth_gbps")
 LINK_FIELDS = ("latency_us", "bandwidth_bytes_per_us", "us_per_byte", "send_overhead_us", "recv_overhead_us")
 
 
@@ -303,6 +315,9 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
                     memory_bytes=memory,
                     peak_flops=_number(entry, "peak_tflops", where, 0.0) * 1e12,
                     memory_bandwidth_bytes_per_s=_number(entry, "memory_bandwidth_gbps", where, 0.0) * 1e9,
+                    model=str(entry.get("model", "")),
+                    peak_flops_bf16=_number(entry, "peak_tflops_bf16", where, 0.0) * 1e12,
+                    peak_flops_fp16=_number(entry, "peak_tflops_fp16", where, 0.0) * 1e12,
                 )
             )
     d = len(devices)
@@ -360,11 +375,12 @@ def uniform_cluster(
     op_gap_us: float = 0.0,
     send_overhead_us: float = 0.0,
     recv_overhead_us: float = 0.0,
+    name: str | None = None,
 ) -> Cluster:
-    """``n_devices`` identical devices, every pair joined by the same link."""
+    """``n_devices`` identical devices, every pair joined by the same link (named ``4xgpu`` unless ``name``)."""
     latency, bandwidth = uniform_links(n_devices, latency_us, bandwidth_bytes_per_us)
     return Cluster(
-        name=f"{n_devices}x{kind}",
+        name=name or f"{n_devices}x{kind}",
         devices=[Device(f"{kind}{i}", kind, float(memory_bytes)) for i in range(n_devices)],
         comm_model=comm_model,
         latency_us=latency,

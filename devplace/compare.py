@@ -1,19 +1,14 @@
 """Run several placers on one graph and cluster and line their results up.
 
-A placer that fails (out of memory, no rule for this graph) gets its row with the reason; the
-others still run.
+A placer that fails (out of memory, say) gets its row with the reason; the
+others still run. Progress (rows done, best step time so far) goes to ``devplace.progress``.
 
-Algorithm variants: a row is named ``ALGO[+VARIANT...]``, the one syntax ``--algos`` takes.
-Variants switch on Baechi's graph optimizations before placing (``devplace.place`` options):
+Rows are named by placer specs, ``ALGO[+opt][+fwd]`` (``devplace.portfolio.variants``), the one
+syntax ``--algos`` takes. The default rows are every registered placer plus ``+opt`` for Baechi's
+three (the paper's configuration, and the only one that places a 30k-op graph in seconds).
 
-- ``+opt``: co-placement and operator fusion, as Baechi ran its placers (``m-sct+opt``);
-- ``+fwd``: forward-operator-based placement (place forward ops, backward ops follow).
-
-``m-sct+opt+fwd`` combines them. The default rows are every registered placer plus ``+opt`` for
-Baechi's three (the paper's configuration, and the only one that places a 30k-op graph in seconds).
-
->>> parse_algo("m-sct+opt")
-('m-sct', {'coplacement': True, 'fusion': True})
+>>> "m-sct+opt" in default_algos()
+True
 """
 
 from __future__ import annotations
@@ -23,38 +18,21 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from devplace import progress
 from devplace.cluster import Cluster
-from devplace.errors import DevplaceError, OutOfMemoryError, PlacementError
+from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.graph import OpGraph
 from devplace.placement import Placement
-from devplace.placers import available, place
+from devplace.portfolio import available, parse_algo, place
 from devplace.sim import SimResult, simulate
 
-
-VARIANTS = {"opt": {"coplacement": True, "fusion": True}, "fwd": {"forward_only": True}}
 OPTIMIZED_BY_DEFAULT = ("m-topo", "m-etf", "m-sct")
 
 
-def parse_algo(spec: str) -> tuple[str, dict]:
-    """``"m-sct+opt"`` -> ``("m-sct", {"coplacement": True, "fusion": True})``; refuses unknown names."""
-    name, *variants = [part.strip() for part in spec.strip().split("+")]
-    placers = available()
-    if name not in placers:
-        raise PlacementError(f"no placer named {name!r} in {spec!r}: use one of {', '.join(placers)}")
-    options: dict = {}
-    for variant in variants:
-        if variant not in VARIANTS:
-            raise PlacementError(
-                f"unknown variant {variant!r} in {spec!r}: use ALGO+opt (co-placement + fusion) or ALGO+fwd"
-            )
-        options |= VARIANTS[variant]
-    return name, options
-
-
 def default_algos() -> list[str]:
-    """Every registered placer but the learning ones (they train; ask for them by name), then Baechi's
-    placers with their optimizations (``+opt``)."""
-    names = [name for name, info in available().items() if not info.learned]
+    """Every placer registered to run by default (not the exact solver nor the learners: ask for them
+    by name), then Baechi's placers with their optimizations (``+opt``)."""
+    names = [name for name, info in available().items() if info.by_default]
     return names + [f"{name}+opt" for name in OPTIMIZED_BY_DEFAULT if name in names]
 
 
@@ -102,36 +80,48 @@ def compare(
     ``options[spec]`` adds placer options for one row; ``on_row`` sees each row as it finishes.
     """
     names = list(algos) if algos is not None else default_algos()
-    parsed = {spec: parse_algo(spec) for spec in names}  # refuse a misspelt name before placing anything
+    for spec in names:
+        parse_algo(spec)  # refuse a misspelt name before placing anything
     options = options or {}
     rows: list[CompareRow] = []
     placements: dict[str, Placement] = {}
     results: dict[str, SimResult] = {}
-    for name in names:
-        row = CompareRow(algorithm=name)
-        try:
-            algo, variant = parsed[name]
-            placement = place(graph, cluster, algo=algo, seed=seed, **variant, **options.get(name, {}))
-        except DevplaceError as exc:
-            row.error = str(exc)
-            row.oom = isinstance(exc, OutOfMemoryError)
-        except Exception as exc:  # noqa: BLE001 - a bug in one placer must not hide the other rows
-            row.error = f"internal error in the placer ({type(exc).__name__}: {exc})"
-        else:
-            result = simulate(graph, cluster, placement)
-            placements[name], results[name] = placement, result
-            row.step_time_us = result.step_time_us
-            row.placement_time_s = placement.placement_time_s
-            row.peak_memory_bytes = result.peak_memory_bytes.tolist()
-            row.bytes_moved = result.bytes_moved
-            row.devices_used = int(len(np.unique(placement.devices)))
-            row.oom = bool(result.oom_devices)
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
+    reporter = progress.current()
+    reporter.begin("compare", total=len(names))
+    try:
+        for done, name in enumerate(names):
+            fastest = [r.step_time_us for r in rows if r.error is None and not r.oom]
+            reporter.update(done, best_step_us=min(fastest) if fastest else None, note=name)
+            rows.append(_row(graph, cluster, name, seed, options.get(name, {}), placements, results))
+            if on_row is not None:
+                on_row(rows[-1])
+    finally:
+        reporter.end()
     single = next((r for r in rows if r.algorithm == "single" and r.step_time_us), None)
     if single is not None:
         for row in rows:
             if row.step_time_us:
                 row.speedup_vs_single = single.step_time_us / row.step_time_us
     return Comparison(graph, cluster, rows, placements, results)
+
+
+def _row(graph, cluster, name: str, seed: int, options: dict, placements: dict, results: dict) -> CompareRow:
+    """Place with one spec and simulate it; a failure becomes the row's error, never an exception."""
+    row = CompareRow(algorithm=name)
+    try:
+        placement = place(graph, cluster, algo=name, seed=seed, **options)
+    except DevplaceError as exc:
+        row.error = str(exc)
+        row.oom = isinstance(exc, OutOfMemoryError)
+    except Exception as exc:  # noqa: BLE001 - a bug in one placer must not hide the other rows
+        row.error = f"internal error in the placer ({type(exc).__name__}: {exc})"
+    else:
+        result = simulate(graph, cluster, placement)
+        placements[name], results[name] = placement, result
+        row.step_time_us = result.step_time_us
+        row.placement_time_s = placement.placement_time_s
+        row.peak_memory_bytes = result.peak_memory_bytes.tolist()
+        row.bytes_moved = result.bytes_moved
+        row.devices_used = int(len(np.unique(placement.devices)))
+        row.oom = bool(result.oom_devices)
+    return row

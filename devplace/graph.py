@@ -2,8 +2,9 @@
 
 An ``OpGraph`` holds its ops and edges as numpy arrays (so a 100k-op graph costs megabytes, not a
 million Python objects) with the names beside them. Op ``i`` is row ``i`` of every per-op array;
-a placement is one device index per op in that order. The graph is immutable once built and is
-validated on construction, so every later stage may trust it.
+a placement is one device index per op in that order. The graph is validated on construction and
+cannot change afterwards (frozen fields, read-only arrays, name tuples, a read-only ``meta``), so
+every later stage, and every cache keyed on it, may trust it.
 
 >>> b = GraphBuilder(device_kinds=["gpu"])
 >>> b.add_op("matmul", compute_us={"gpu": 10.0}, output_bytes=4096)
@@ -18,6 +19,7 @@ validated on construction, so every later stage may trust it.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -27,6 +29,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from devplace.errors import GraphError
+from devplace.frozen import FrozenDict, freeze, read_only_array, set_read_only_state
 
 
 class Role(IntEnum):
@@ -57,7 +60,7 @@ class Role(IntEnum):
 ROLE_NAMES = tuple(r.name.lower() for r in Role)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class OpGraph:
     """Ops and tensor edges of a training step, validated and with CSR adjacency.
 
@@ -66,44 +69,52 @@ class OpGraph:
     group must share a device. ``mirror[i]`` is, for a backward op, the forward op it differentiates
     (-1 otherwise). ``edge_fixed_us[e]`` is NaN unless the edge has a fixed transfer time (graphs
     that give times, not bytes), which then replaces the cluster's link model for that edge.
+    ``meta`` is a free-form read-only record (``devplace.frozen``); ``with_meta`` derives a graph
+    with a changed one.
     """
 
-    names: list[str]
-    kinds: list[str]
-    device_kinds: list[str]
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    device_kinds: tuple[str, ...]
     compute_us: np.ndarray
     persistent_bytes: np.ndarray
     output_bytes: np.ndarray
     temp_bytes: np.ndarray
     colocation: np.ndarray
-    colocation_names: list[str]
+    colocation_names: tuple[str, ...]
     role: np.ndarray
     mirror: np.ndarray
     edge_src: np.ndarray
     edge_dst: np.ndarray
     edge_bytes: np.ndarray
     edge_fixed_us: np.ndarray
-    meta: dict = field(default_factory=dict)
+    meta: Mapping = field(default_factory=FrozenDict)
 
     def __post_init__(self) -> None:
         n = len(self.names)
-        self.compute_us = np.ascontiguousarray(self.compute_us, dtype=np.float64).reshape(
-            n, len(self.device_kinds)
-        )
-        for attr in ("persistent_bytes", "output_bytes", "temp_bytes"):
-            setattr(self, attr, np.ascontiguousarray(getattr(self, attr), dtype=np.float64))
-        self.colocation = np.ascontiguousarray(self.colocation, dtype=np.int64)
-        self.role = np.ascontiguousarray(self.role, dtype=np.int8)
-        self.mirror = np.ascontiguousarray(self.mirror, dtype=np.int64)
-        self.edge_src = np.ascontiguousarray(self.edge_src, dtype=np.int64)
-        self.edge_dst = np.ascontiguousarray(self.edge_dst, dtype=np.int64)
-        self.edge_bytes = np.ascontiguousarray(self.edge_bytes, dtype=np.float64)
-        self.edge_fixed_us = np.ascontiguousarray(self.edge_fixed_us, dtype=np.float64)
+        converted = {
+            "names": tuple(self.names), "kinds": tuple(self.kinds), "device_kinds": tuple(self.device_kinds),
+            "colocation_names": tuple(self.colocation_names), "meta": freeze(dict(self.meta)),
+            "compute_us": read_only_array(self.compute_us, np.float64).reshape(n, len(self.device_kinds)),
+            "role": read_only_array(self.role, np.int8),
+        }
+        for attr in ("colocation", "mirror", "edge_src", "edge_dst"):
+            converted[attr] = read_only_array(getattr(self, attr), np.int64)
+        for attr in ("persistent_bytes", "output_bytes", "temp_bytes", "edge_bytes", "edge_fixed_us"):
+            converted[attr] = read_only_array(getattr(self, attr), np.float64)
+        for attr, value in converted.items():
+            object.__setattr__(self, attr, value)  # frozen: only construction may set fields
         _validate(self)
         self._build_adjacency()
-        self.topo_order = _topological_order(self)
-        for arr in self._arrays():
-            arr.flags.writeable = False
+        object.__setattr__(self, "topo_order", _topological_order(self))
+
+    __setstate__ = set_read_only_state  # a pickled or copied one stays read-only
+
+    def with_meta(self, **changes) -> "OpGraph":
+        """The same graph with ``changes`` merged into its meta record (the arrays are shared: none can change)."""
+        graph = copy.copy(self)
+        object.__setattr__(graph, "meta", freeze({**self.meta, **changes}))
+        return graph
 
     # ----------------------------------------------------------------- structure
     @property
@@ -114,24 +125,15 @@ class OpGraph:
     def n_edges(self) -> int:
         return len(self.edge_src)
 
-    def _arrays(self) -> list[np.ndarray]:
-        return [
-            self.compute_us, self.persistent_bytes, self.output_bytes, self.temp_bytes,
-            self.colocation, self.role, self.mirror, self.edge_src, self.edge_dst,
-            self.edge_bytes, self.edge_fixed_us, self.succ_ptr, self.succ_edge,
-            self.pred_ptr, self.pred_edge,
-        ]
-
     def _build_adjacency(self) -> None:
         n = self.n_ops
-        by_src = np.argsort(self.edge_src, kind="stable")
-        self.succ_edge = by_src.astype(np.int64)
-        self.succ_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.edge_src, minlength=n), out=self.succ_ptr[1:])
-        by_dst = np.argsort(self.edge_dst, kind="stable")
-        self.pred_edge = by_dst.astype(np.int64)
-        self.pred_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.edge_dst, minlength=n), out=self.pred_ptr[1:])
+        for prefix, ends in (("succ", self.edge_src), ("pred", self.edge_dst)):
+            ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(ends, minlength=n), out=ptr[1:])
+            edge = np.argsort(ends, kind="stable").astype(np.int64, copy=False)
+            for name, array in ((f"{prefix}_ptr", ptr), (f"{prefix}_edge", edge)):
+                array.flags.writeable = False
+                object.__setattr__(self, name, array)
 
     def successors(self, op: int) -> np.ndarray:
         return self.edge_dst[self.succ_edge[self.succ_ptr[op] : self.succ_ptr[op + 1]]]
@@ -146,9 +148,9 @@ class OpGraph:
         return self.pred_edge[self.pred_ptr[op] : self.pred_ptr[op + 1]]
 
     @cached_property
-    def index_of(self) -> dict[str, int]:
+    def index_of(self) -> Mapping[str, int]:
         """Op name -> op index."""
-        return {name: i for i, name in enumerate(self.names)}
+        return FrozenDict((name, i) for i, name in enumerate(self.names))
 
     def index(self, name: str) -> int:
         try:
@@ -165,15 +167,12 @@ class OpGraph:
         return rank
 
     @cached_property
-    def colocation_members(self) -> list[np.ndarray]:
+    def colocation_members(self) -> tuple[np.ndarray, ...]:
         """For each colocation group, the indices of its ops (ascending)."""
         order = np.argsort(self.colocation, kind="stable")
-        sorted_groups = self.colocation[order]
-        members = []
-        for g in range(len(self.colocation_names)):
-            lo, hi = np.searchsorted(sorted_groups, [g, g + 1])
-            members.append(order[lo:hi])
-        return members
+        order.flags.writeable = False
+        bounds = np.searchsorted(self.colocation[order], np.arange(len(self.colocation_names) + 1)).tolist()
+        return tuple(order[lo:hi] for lo, hi in zip(bounds, bounds[1:]))
 
     # ----------------------------------------------------------------- figures
     def kind_index(self, device_kind: str) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +29,10 @@ def graph_fingerprint(op_names: Sequence[str]) -> str:
     return digest[:16]
 
 
+class ColocationWarning(UserWarning):
+    """A placement splits a colocation group: simulated anyway, but not runnable as it is."""
+
+
 @dataclass(eq=False)
 class Placement:
     devices: np.ndarray
@@ -41,7 +46,10 @@ class Placement:
     def __post_init__(self) -> None:
         self.devices = np.ascontiguousarray(self.devices, dtype=np.int64).reshape(-1)
         if self.priority is not None:
-            self.priority = np.ascontiguousarray(self.priority, dtype=np.float64).reshape(-1)
+            try:
+                self.priority = np.ascontiguousarray(self.priority, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise PlacementError("a placement's priorities must be numbers, one per op") from None
             if len(self.priority) != len(self.devices):
                 raise PlacementError(
                     f"placement has {len(self.priority)} priorities for {len(self.devices)} ops"
@@ -73,12 +81,26 @@ class Placement:
             raise PlacementError("the placement's priorities must be finite numbers")
 
     def colocation_violations(self, graph) -> list[str]:
-        """Names of colocation groups whose ops are split across devices."""
-        split = []
-        for g, members in enumerate(graph.colocation_members):
-            if len(members) > 1 and len(np.unique(self.devices[members])) > 1:
-                split.append(graph.colocation_names[g])
-        return split
+        """Names of colocation groups whose ops are split across devices (one entry per op expected)."""
+        grouped = graph.colocation >= 0
+        groups, devices = graph.colocation[grouped], self.devices[grouped]
+        lowest = np.full(len(graph.colocation_names), np.iinfo(np.int64).max)
+        highest = np.full(len(graph.colocation_names), np.iinfo(np.int64).min)
+        np.minimum.at(lowest, groups, devices)
+        np.maximum.at(highest, groups, devices)
+        return [graph.colocation_names[g] for g in np.flatnonzero(highest > lowest)]
+
+    def warn_if_colocation_split(self, graph) -> None:
+        """Warn (``ColocationWarning``) if the placement splits a colocation group: it can still be
+        simulated, but no placer would make it and the executor refuses it."""
+        split = self.colocation_violations(graph)
+        if split:
+            more = f" (and {len(split) - 1} more)" if len(split) > 1 else ""
+            warnings.warn(
+                f"the placement splits colocation group {split[0]!r}{more} across devices: the simulated step "
+                f"is one the executor refuses to run; put each group's ops on one device (every placer does)",
+                ColocationWarning, stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ files
     def to_dict(self, graph=None) -> dict:
@@ -98,7 +120,18 @@ class Placement:
         return data
 
     def save(self, path: "str | Path", graph=None) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(graph), default=json_default))
+        """Write the placement as strict JSON: a NaN or infinity (which ``json`` would write as a bare
+        ``NaN`` no other reader accepts) is refused, naming the option that holds it."""
+        data = self.to_dict(graph)
+        try:
+            text = json.dumps(data, default=json_default, allow_nan=False)
+        except ValueError:
+            fields = [(f"option {key!r}", value) for key, value in self.options.items()]
+            fields += [("priority", self.priority), ("placement_time_s", self.placement_time_s)]
+            where = next(name for name, value in fields if not _finite_json(value))
+            raise PlacementError(f"placement by {self.algorithm!r}: {where} is not a finite number, and JSON "
+                                 f"cannot hold it: record a missing figure as None") from None
+        write_text_atomic(path, text)
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "placement") -> "Placement":
@@ -155,6 +188,15 @@ def as_placement(placement, graph) -> Placement:
     if devices.ndim != 1 or not (np.issubdtype(devices.dtype, np.integer) or devices.size == 0):
         raise PlacementError("a placement must be a Placement or a flat sequence of integer device indices")
     return Placement(devices=devices)
+
+
+def _finite_json(value) -> bool:
+    """False if ``value`` holds a NaN or infinity anywhere (in lists and dicts too)."""
+    if isinstance(value, dict):
+        return all(_finite_json(v) for v in value.values())
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return all(_finite_json(v) for v in value)
+    return not isinstance(value, (float, np.floating)) or bool(np.isfinite(value))  # None, ints, strings: fine
 
 
 def _is_number(value) -> bool:

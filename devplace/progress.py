@@ -2,8 +2,9 @@
 
 Library code never prints. A long-running placer asks ``current()`` for the active reporter and
 tells it what it is doing; by default that reporter is silent, so the Python API stays quiet
-unless asked. The command line installs a rich progress bar with ``reporting(...)``; a Python user
-can install ``LineReporter()`` (one line per update on stderr) or their own ``Reporter`` subclass.
+unless asked. The command line installs a rich progress bar (``RichReporter``) with
+``reporting(...)``; a Python user can install ``LineReporter()`` (one line per update on stderr),
+the rich bar, or their own ``Reporter`` subclass.
 Free-text messages go through ``logging`` (logger ``devplace``), not through this hook.
 
 >>> seen = []
@@ -70,6 +71,43 @@ class LineReporter(Reporter):
             self._tasks.pop()
 
 
+class RichReporter(Reporter):
+    """A rich progress bar per open task, with the best step time so far; a task's bar goes when it ends.
+
+    ``showing_progress(console)`` installs one and shows its bars around a block of work.
+    """
+
+    def __init__(self, console=None):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[best]}", markup=False), TimeElapsedColumn(), console=console, transient=True,
+        )
+        self._tasks: list[tuple[int, str]] = []
+
+    def __enter__(self) -> "RichReporter":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def begin(self, task: str, total: int | None = None) -> None:
+        self._tasks.append((self.progress.add_task(task, total=total, best=""), task))
+
+    def update(self, done: int, *, best_step_us: float | None = None, note: str = "") -> None:
+        if not self._tasks:
+            return
+        task_id, name = self._tasks[-1]
+        fields = {"best": f"best {best_step_us / 1e3:.3f} ms"} if best_step_us is not None else {}
+        self.progress.update(task_id, completed=done, description=f"{name}: {note}" if note else name, **fields)
+
+    def end(self) -> None:
+        if self._tasks:
+            self.progress.remove_task(self._tasks.pop()[0])
+
+
 def _line(task: str, total: int | None, done: int, best_step_us: float | None, note: str) -> str:
     parts = [f"[{task}] {done}" + (f"/{total}" if total else "")]
     if best_step_us is not None:
@@ -98,4 +136,11 @@ def reporting(reporter: Reporter):
         _current.reset(token)
 
 
-__all__ = ["Reporter", "LineReporter", "SILENT", "current", "reporting"]
+@contextmanager
+def showing_progress(console=None):
+    """Install a ``RichReporter`` on ``console`` (a rich Console) and show its bars during the block."""
+    with reporting(RichReporter(console)) as bar, bar:
+        yield bar
+
+
+__all__ = ["Reporter", "LineReporter", "RichReporter", "showing_progress", "SILENT", "current", "reporting"]

@@ -7,8 +7,9 @@ from hypothesis import given, settings, strategies as st
 
 import devplace as dp
 from devplace.cluster import uniform_cluster
-from devplace.errors import OutOfMemoryError, PlacementError
+from devplace.errors import OutOfMemoryError
 from devplace.graph import GraphBuilder, Role
+from devplace.placers.expert import Rule, matching_rule, rules
 
 BASELINES = ["round-robin", "random", "metis", "heft"]
 
@@ -54,7 +55,7 @@ def test_every_baseline_keeps_colocation_groups(seed, n_devices, algo):
 def test_baselines_with_graph_optimizations(algo):
     g = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
     cluster = dp.io.dnn_partitioning.cluster_for(g)
-    p = dp.place(g, cluster, algo, coplacement=True, fusion=True, forward_only=True)
+    p = dp.place(g, cluster, algo + "+opt+fwd")
     assert p.options["coarse_ops"] < g.n_ops and p.colocation_violations(g) == []
 
 
@@ -185,10 +186,69 @@ def test_expert_with_fewer_devices_than_layers_stacks_neighbouring_layers():
     assert [dev[f"encoder.layers.{i}.cell.mm"] for i in range(4)] == [0, 0, 1, 1]
 
 
-def test_expert_refuses_graphs_it_has_no_rule_for():
-    g = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
-    with pytest.raises(PlacementError, match="no rule"):
-        dp.place(g, dp.io.dnn_partitioning.cluster_for(g), "expert")
+def test_expert_splits_a_graph_without_rules_by_module_blocks_instead_of_refusing():
+    g = dp.load_graph(dp.example_path("gnmt_layers_training.json"))    # names like '1:node1': no rule
+    c = dp.io.dnn_partitioning.cluster_for(g)
+    assert matching_rule(g, c.n_devices) is None
+    p = dp.place(g, c, "expert")
+    assert len(set(p.devices.tolist())) == c.n_devices
+    load = np.bincount(p.devices, weights=g.compute_us[:, 0], minlength=c.n_devices)
+    assert load.max() <= 1.5 * load.mean()
+
+
+def scoped_step(blocks: list[tuple[str, float, float]], ops_per_block: int = 3) -> dp.OpGraph:
+    """A training step through a chain of modules, recorded as a capture does: fx-like op names,
+    module paths in meta["op_scope"], a parameter per forward op, backward ops mirroring forward ones.
+    ``blocks``: (module path, compute us of each of its ops, parameter bytes of each of its ops)."""
+    b = GraphBuilder(["gpu"])
+    scope = {"input": ""}
+    b.add_op("input", compute_us=0.0, output_bytes=10.0)
+    previous, forward = "input", []
+    for path, compute_us, param_bytes in blocks:
+        for _ in range(ops_per_block):
+            name = f"mm_{len(forward)}"
+            b.add_op(f"param_{name}", compute_us=0.0, persistent_bytes=param_bytes)
+            b.add_op(name, compute_us=compute_us, output_bytes=10.0)
+            b.add_edge(f"param_{name}", name, bytes=param_bytes)
+            b.add_edge(previous, name, bytes=10.0)
+            scope[name] = scope[f"param_{name}"] = path
+            previous = name
+            forward.append(name)
+    for name in reversed(forward):
+        b.add_op(f"grad_{name}", compute_us=1.0, role=Role.BACKWARD, mirror=name)
+        b.add_edge(previous, f"grad_{name}", bytes=10.0)
+        scope[f"grad_{name}"] = scope[name]
+        previous = f"grad_{name}"
+    g = b.build()
+    b.meta["op_scope"] = [scope[n] for n in g.names]
+    return b.build()
+
+
+def test_scope_split_is_contiguous_by_module_balanced_by_compute_and_memory_capped():
+    blocks = [(f"blocks.{k}.ff", float(10 + 10 * (k % 3)), 1000.0) for k in range(12)]
+    g = scoped_step(blocks)
+    assert matching_rule(g, 4) is None
+    dev = dict(zip(g.names, dp.place(g, uniform_cluster(4), "expert").devices.tolist()))
+    forward = [n for n in g.names if n.startswith("mm_")]
+    stages = [dev[n] for n in forward]
+    assert stages == sorted(stages) and set(stages) == {0, 1, 2, 3}        # contiguous, in step order
+    assert all(len(set(stages[3 * k: 3 * k + 3])) == 1 for k in range(12))  # a module is never cut
+    work = np.bincount(stages, weights=[blocks[i // 3][1] * 3 + 3 for i in range(len(forward))]) / 3
+    assert work.max() - work.mean() <= 3 * 31                               # balanced to within a block
+    assert all(dev[f"grad_{n}"] == dev[n] == dev[f"param_{n}"] for n in forward)
+
+    # memory: four light blocks then four heavy ones; by compute the light ones share device 0,
+    # but a 7 kB device holds two blocks (3 kB of parameters + outputs each), a 4 kB one only one
+    g = scoped_step([(f"blocks.{k}.ff", 1.0 if k < 4 else 10.0, 1000.0) for k in range(8)])
+    forward = [g.index(n) for n in g.names if n.startswith("mm_")]
+
+    def ops_per_device(memory_bytes):
+        p = dp.place(g, uniform_cluster(4, memory_bytes=memory_bytes), "expert", check=False)
+        return np.bincount(p.devices[forward], minlength=4).tolist()
+
+    assert ops_per_device(1e9) == [12, 6, 3, 3]
+    assert ops_per_device(7000.0) == [6, 6, 6, 6]
+    assert ops_per_device(4000.0) == [3, 3, 3, 15]
 
 
 def test_expert_puts_a_cnn_on_one_device():
@@ -234,5 +294,29 @@ def test_expert_reads_module_scopes_when_the_graph_records_them():
     assert dp.place(g, uniform_cluster(2), "expert").devices.tolist() == [0, 1, 0, 1, 1]
     # a graph derived from a captured one may keep meta with one scope per original op: names rule then
     b.meta["op_scope"] = scopes[:-1]
-    with pytest.raises(PlacementError, match="no rule"):
-        dp.place(b.build(), uniform_cluster(2), "expert")
+    assert matching_rule(b.build(), 2) is None   # fx names alone: no rule, so the scope split places it
+    assert sorted(set(dp.place(b.build(), uniform_cluster(2), "expert").devices.tolist())) == [0, 1]
+
+
+def test_expert_puts_each_rnnlm_layer_on_its_own_device_with_embedding_first_and_classifier_last():
+    b = GraphBuilder(["gpu"])
+    names = ["embedding.lookup"] + [f"rnnlm.layers.{i}.cell.mm" for i in range(4)] + ["classifier.mm"]
+    for n in names:
+        b.add_op(n, compute_us=1.0)
+    for a, c in zip(names, names[1:]):
+        b.add_edge(a, c)
+    g = b.build()
+    assert matching_rule(g, 4)[0].name == "rnnlm"
+    assert dp.place(g, uniform_cluster(4), "expert").devices.tolist() == [0, 0, 1, 2, 3, 3]
+    assert dp.place(g, uniform_cluster(2), "expert").devices.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_every_zoo_model_has_exactly_one_rule_and_the_table_is_checked():
+    from devplace import zoo
+
+    covered = [model for rule in rules() for model in rule.models]
+    assert sorted(covered) == zoo.names()
+    with pytest.raises(dp.DevplaceError, match="kind must be"):
+        Rule.from_table({"name": "x", "kind": "pipeline"})
+    with pytest.raises(dp.DevplaceError, match="unknown field"):
+        Rule.from_table({"name": "x", "kind": "layers", "layers": ["a.{i}"], "frist": ["b"]})

@@ -13,14 +13,20 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import devplace as dp  # noqa: E402
-from devplace.torchcapture import capture, profile_target  # noqa: E402
-from devplace.torchcapture.costs import LAUNCH_US  # noqa: E402
+from devplace.torchcapture import capture as capture_step, profile_target  # noqa: E402
+from devplace.costing import LAUNCH_US  # noqa: E402
 from devplace.cluster import cluster_from_dict  # noqa: E402
 from devplace.errors import CaptureError, DevplaceError  # noqa: E402
 from devplace.graph import Role  # noqa: E402
 
 pytestmark = pytest.mark.torch
 F32 = 4
+
+
+def capture(*args, **kwargs):
+    """The figures below are worked out for the per-parameter optimizer step (the multi-tensor and
+    fused forms are tested in test_capture_update.py)."""
+    return capture_step(*args, **{"update": "per-parameter", **kwargs})
 
 
 def gpu_cluster(peak_tflops: float, bandwidth_gbps: float = 1e9):
@@ -71,7 +77,8 @@ def test_mlp_forward_ops_and_activation_bytes(mlp_graph):
     assert g.output_bytes[ops_of(g, "input")[0]] == 3 * 4 * F32
     flops = np.asarray(g.meta["op_flops"])
     assert sorted(flops[addmm]) == [2 * 3 * 8 * 2, 2 * 3 * 4 * 8]
-    assert "relu" in g.meta["flop_fallback_ops"] and "addmm" not in g.meta["flop_fallback_ops"]
+    assert flops[ops_of(g, "relu")].tolist() == [3 * 8]  # elementwise: one FLOP per element
+    assert g.meta["flop_fallback_ops"] == []  # every op of the step has a formula
 
 
 def test_mlp_update_ops_and_colocation_groups(mlp_graph):
@@ -217,13 +224,13 @@ def test_roofline_times_scale_with_peak_flops():
     ratio = (slow.compute_us[busy, 0] - launch) / (fast.compute_us[busy, 0] - launch)
     np.testing.assert_allclose(ratio, 2.0, rtol=1e-9)
     np.testing.assert_allclose(slow.compute_us[busy, 0] - launch, flops[busy] / 1e9 / 0.6 * 1e6, rtol=1e-9)
-    assert slow.device_kinds == ["gpu"]
+    assert slow.device_kinds == ("gpu",)
 
 
 def test_roofline_gives_one_column_per_device_kind():
     model, x = mlp()
     g = capture(model, x, mse, cost="roofline", cluster=dp.load_cluster("cpu+4gpu"))
-    assert g.device_kinds == ["cpu", "gpu"]
+    assert g.device_kinds == ("cpu", "gpu")
     kernel = g.compute_us[:, 1] > 0
     launch = LAUNCH_US
     # the CPU preset has a tenth of the GPU's FLOP/s and bandwidth: 10x the time above the launch cost
@@ -241,7 +248,7 @@ def test_small_cnn_graph_measured_on_cpu():
     model, x, labels = small_cnn()
     loss = lambda out, y: nn.functional.cross_entropy(out, y)  # noqa: E731
     g = capture(model, (x,), loss, targets=(labels,), cost="measured", repeats=2, progress=False)
-    assert g.device_kinds == ["cpu"]
+    assert g.device_kinds == ("cpu",)
     param_bytes = (4 * 3 * 3 * 3 + 4 + 5 * 64 + 5) * F32
     assert g.persistent_bytes.sum() == param_bytes + 2 * param_bytes + 4 * F32
     conv = ops_of(g, "convolution", Role.FORWARD)
@@ -290,7 +297,7 @@ def test_errors_are_one_clear_sentence():
     # the scope hooks are gone even though tracing failed inside a module
     assert not any(m._forward_pre_hooks or m._forward_hooks for m in gated.modules())
     assert "nn_module_stack" not in torch.fx.traceback.current_meta
-    with pytest.raises(CaptureError, match="peak_tflops"):
+    with pytest.raises(DevplaceError, match="peak_tflops"):
         capture(model, x, mse, cost="roofline", cluster=dp.cluster.uniform_cluster(2))
     assert issubclass(CaptureError, DevplaceError)
 
@@ -409,7 +416,7 @@ def test_batchnorm_running_stats_are_updated_in_place_and_grouped_with_their_mod
         torch.testing.assert_close(args[first + k], expected, msg=name)
 
 
-def test_fallback_flop_estimates_of_cpu_attention_and_rnn_kernels():
+def test_cpu_attention_and_rnn_kernels_are_costed_as_the_gpu_kernels():
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
@@ -422,10 +429,10 @@ def test_fallback_flop_estimates_of_cpu_attention_and_rnn_kernels():
     g = capture(Attention(), torch.randn(2, 3, 4), mse, cost="roofline", cluster=gpu_cluster(1.0))
     flops = np.asarray(g.meta["op_flops"])
     forward = 2 * (2 * 2 * 1 * 3 * 3 * 4)  # Q K^T and P V: 2 B H L S E each (B=2, H=1, L=S=3, E=4)
-    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_for_cpu")] == [forward]
+    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention")] == [forward]
     # backward recomputes Q K^T (flash attention keeps no scores), then dV = P^T dO, dP = dO V^T,
     # dQ = dS K, dK = dS^T Q: five products of 2 B H L S E
-    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_for_cpu_backward")] == [5 * forward // 2]
+    assert [flops[i] for i in ops_of(g, "_scaled_dot_product_flash_attention_backward")] == [5 * forward // 2]
 
     lstm = nn.LSTM(3, 5)
     g = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cost="roofline",
@@ -433,9 +440,19 @@ def test_fallback_flop_estimates_of_cpu_attention_and_rnn_kernels():
     flops = np.asarray(g.meta["op_flops"])
     tokens = 4 * 2
     forward = 2 * tokens * (4 * 5 * 3 + 4 * 5 * 5)  # 2 FLOPs per weight element (w_ih, w_hh) per token
-    assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer")] == [forward]
-    assert [flops[i] for i in ops_of(g, "mkldnn_rnn_layer_backward")] == [2 * forward]
-    assert {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"} <= set(g.meta["flop_fallback_ops"])
+    assert [flops[i] for i in ops_of(g, "_cudnn_rnn")] == [forward]
+    assert [flops[i] for i in ops_of(g, "_cudnn_rnn_backward")] == [2 * forward]
+    assert not {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"} & set(g.meta["flop_fallback_ops"])
+    # costed for GPUs, the CPU-only kernels are named after the ones a GPU runs
+    assert not any("mkldnn" in k or k.endswith("_for_cpu") for k in g.kinds)
+    cpu = cluster_from_dict({"name": "cpu", "devices": [{"kind": "cpu", "memory_gib": 8, "peak_tflops": 1,
+                                                       "memory_bandwidth_gbps": 50}]})
+    on_cpu = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cluster=cpu)
+    assert "mkldnn_rnn_layer" in on_cpu.kinds  # costed for CPUs only: the CPU kernel
+    # measured: the replay runs in grad mode, where the CPU kernel keeps the workspace its backward reads
+    measured = capture(lstm, torch.randn(4, 2, 3), lambda out: out[0].square().mean(), cost="measured",
+                       repeats=1, progress=False)
+    assert measured.compute_us[measured.kinds.index("mkldnn_rnn_layer_backward"), 0] > 0
 
 
 def test_measured_times_leave_out_the_clocks_own_cost(monkeypatch):

@@ -75,9 +75,22 @@ def test_simulate_refuses_a_placement_for_another_graph(tmp_path):
     assert proc.returncode == 2 and "3 entries but the graph has 192 ops" in proc.stderr
 
 
+def test_simulate_warns_on_stderr_when_a_placement_splits_a_colocation_group(tmp_path):
+    graph = dp.load_graph(GNMT)
+    split = tmp_path / "split.json"
+    dp.Placement(devices=[i % 2 for i in range(graph.n_ops)]).save(split, graph)
+    proc = run_cli("simulate", GNMT, "-p", str(split), "--json")
+    assert json.loads(proc.stdout)["step_time_us"] > 0  # still simulated, stdout still one JSON object
+    warning = [line for line in proc.stderr.splitlines() if "warning:" in line]
+    assert len(warning) == 1 and "splits colocation group" in warning[0] and "more" in warning[0]
+    whole = tmp_path / "whole.json"
+    dp.Placement(devices=[0] * graph.n_ops).save(whole, graph)
+    assert "warning" not in run_cli("simulate", GNMT, "-p", str(whole), "--json").stderr
+
+
 def test_compare_writes_report_and_json_rows(tmp_path):
     out = tmp_path / "report"
-    rows = json.loads(run_cli("compare", GNMT, "--algos", "single", "--out", str(out), "--json").stdout)
+    rows = json.loads(run_cli("compare", GNMT, "--algos", "single", "--output", str(out), "--json").stdout)
     assert [r["algorithm"] for r in rows] == ["single"]
     assert {"algorithm", "step_time_us", "placement_time_s", "peak_memory_bytes", "oom", "error"} <= set(rows[0])
     assert rows[0]["step_time_us"] == pytest.approx(520453.0)
@@ -85,6 +98,34 @@ def test_compare_writes_report_and_json_rows(tmp_path):
                  "best_memory.png", "best_placement.png", "best_trace.json"):
         assert (out / name).stat().st_size > 0, name
     assert "best_timeline.png" in (out / "report.html").read_text()
+
+
+def test_compare_passes_scoped_options_to_their_rows_only():
+    graph, cluster = dp.load_graph(GNMT), dp.load_cluster("baechi-4x2080")
+    default = dp.simulate(graph, cluster, dp.place(graph, cluster, algo="heft")).step_time_us
+    no_insertion = dp.simulate(graph, cluster, dp.place(graph, cluster, algo="heft", insertion=False)).step_time_us
+    assert no_insertion != pytest.approx(default)  # else this test could not see the option arrive
+    rows = json.loads(run_cli("compare", GNMT, "-c", "baechi-4x2080", "--algos", "heft,single",
+                              "--option", "heft.insertion=false", "--json").stdout)
+    assert rows[0]["step_time_us"] == pytest.approx(no_insertion) and rows[1]["error"] is None
+    # a placer's name reaches each of its rows; a row's own spec reaches that row alone
+    for scope, refused in (("m-sct", {"m-sct", "m-sct+opt"}), ("m-sct+opt", {"m-sct+opt"})):
+        rows = json.loads(run_cli("compare", GNMT, "-c", "baechi-4x2080", "--algos", "single,m-sct,m-sct+opt",
+                                  "--option", f"{scope}.nonsense=1", "--json").stdout)
+        assert {r["algorithm"] for r in rows if r["error"] and "nonsense" in r["error"]} == refused
+
+
+@pytest.mark.parametrize(
+    "option, needle",
+    [
+        ("m-etf.threshold=1", "'m-etf', which is not in this run: use one of single, m-sct"),
+        ("threshold=1", "must look like ALGO.key=value"),
+        ("m-sct.threshold", "must look like ALGO.key=value"),
+    ],
+)
+def test_compare_refuses_an_option_for_no_row(option, needle):
+    proc = run_cli("compare", GNMT, "--algos", "single,m-sct", "--option", option, check=False)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
 
 
 def test_written_files_get_ordinary_permissions(tmp_path):
@@ -101,3 +142,105 @@ def _current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# ------------------------------------------------------------------ one set of conventions
+COMMANDS = ("info", "clusters", "algos", "place", "simulate", "compare", "profile", "run", "calibrate")
+
+
+def command_options() -> dict[str, list[list[str]]]:
+    """Each subcommand's options, as the flag spellings of each (``["--output", "-o"]``)."""
+    from typer.main import get_command
+
+    from devplace.cli import app
+
+    return {name: [param.opts + param.secondary_opts for param in command.params if param.param_type_name == "option"]
+            for name, command in get_command(app).commands.items()}
+
+
+def test_every_subcommand_takes_help_and_json_and_spells_shared_options_alike():
+    from typer.testing import CliRunner
+
+    from devplace.cli import app
+
+    options = command_options()
+    assert sorted(options) == sorted(COMMANDS), "a new subcommand: add it to COMMANDS and to the JSON walk"
+    for name, params in options.items():
+        flags = {flag for spellings in params for flag in spellings}
+        assert "--json" in flags, f"{name} has no --json"
+        for spellings in params:
+            # one meaning per flag in every command: -o the output path, -c the cluster, --option a placer's
+            for short, long in (("-o", "--output"), ("-c", "--cluster"), ("-p", "--placement")):
+                assert (short in spellings) == (long in spellings), f"{name}: {spellings}"
+            if "--option" in spellings:
+                assert spellings == ["--option"], f"{name}: {spellings}"
+        assert "--out" not in flags, f"{name} spells its output --out: use -o/--output"
+        shown = CliRunner().invoke(app, [name, "--help"], terminal_width=200)
+        assert shown.exit_code == 0 and "--json" in shown.output, name
+    assert ["--option"] in options["place"] and ["--option"] in options["compare"]
+    assert all(any("--output" in s for s in options[name]) for name in ("place", "compare", "profile", "calibrate"))
+
+
+def test_every_subcommand_prints_json(tmp_path):
+    """Each command's --json output parses and carries its main figure (calibrate: tests/test_execute.py,
+    which replaces the slow measurement). In one process, so torch is imported once."""
+    from typer.testing import CliRunner
+
+    from devplace.cli import app
+
+    def json_of(*args):
+        result = CliRunner().invoke(app, [*args, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    cluster = tmp_path / "two.toml"
+    cluster.write_text('name = "two"\n[[devices]]\nkind = "cpu"\ncount = 2\nmemory_gib = 4\npeak_tflops = 0.05\n'
+                       'memory_bandwidth_gbps = 10\n'
+                       "[links.default]\nlatency_us = 50\nbandwidth_bytes_per_us = 1000\n")
+    assert json_of("info", GNMT)["ops"] == 192
+    assert "baechi-4x2080" in [c["name"] for c in json_of("clusters")]
+    assert {"single", "m-sct"} <= {a["name"] for a in json_of("algos")}
+    placed = json_of("place", GNMT, "--algo", "m-etf", "-o", str(tmp_path / "p.json"))
+    assert placed["step_time_us"] == pytest.approx(json_of("simulate", GNMT, "-p", str(tmp_path / "p.json"))["step_time_us"])
+    assert json_of("compare", GNMT, "--algos", "single")[0]["step_time_us"] == pytest.approx(520453.0)
+    mlp = "zoo:mlp:preset=small"
+    graph = json_of("profile", mlp, "-o", str(tmp_path / "mlp.json"), "--cost", "roofline", "-c", str(cluster))
+    assert graph["ops"] == dp.load_graph(tmp_path / "mlp.json").n_ops > 0
+    json_of("place", str(tmp_path / "mlp.json"), "-c", str(cluster), "--algo", "round-robin", "-o", str(tmp_path / "rr.json"))
+    ran = json_of("run", mlp, "-p", str(tmp_path / "rr.json"), "-c", str(cluster), "--steps", "1", "--warmup", "0")
+    assert ran["measured_step_time_us"] > 0 and "one CPU thread" in ran["simulated_as"]
+
+
+def test_run_without_a_cluster_says_it_calibrates_first(monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    import devplace.execute as execute
+    from typer.testing import CliRunner
+
+    from devplace.cli import app
+
+    seen = {}
+    monkeypatch.setattr(execute, "prepare", lambda target, cost: None)
+    monkeypatch.setattr(execute, "run", lambda *args, **kwargs: seen.update(kwargs))  # None: nothing to print
+    result = CliRunner().invoke(app, ["run", "zoo:mlp", "-p", str(tmp_path / "p.json")])
+    assert result.exit_code == 0 and seen["cluster"] is None
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "no --cluster: calibrating this machine's devices and links first (about 15 s" in result.stderr
+    result = CliRunner().invoke(app, ["run", "zoo:mlp", "-p", str(tmp_path / "p.json"), "-c", "two.toml"])
+    assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_bracketed_text_is_printed_verbatim_never_as_markup(tmp_path):
+    """Exception text, file names and cluster names reach the terminal as they are: a "[/x]" must
+    not crash the printer (rich's MarkupError) and "[links.default]" must not vanish."""
+    odd = tmp_path / "lab[/x]" / "[bold]ghost.json"
+    proc = run_cli("info", str(odd), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "[/x]" in proc.stderr and "[bold]ghost.json" in proc.stderr
+    cluster = tmp_path / "odd.toml"
+    cluster.write_text('name = "lab[/x] [bold]"\ncomm_model = "duplex"\n\n[[devices]]\nkind = "gpu"\n'
+                       'memory_gib = 1000\ncount = 6\n\n[links.default]\nlatency_us = 5\n'
+                       'bandwidth_bytes_per_us = 10000\n')
+    placement = tmp_path / "p.json"
+    run_cli("place", GNMT, "-c", str(cluster), "--algo", "single", "--output", str(placement))
+    proc = run_cli("simulate", GNMT, "-c", str(cluster), "-p", str(placement))
+    assert "lab[/x] [bold]" in proc.stdout and "MarkupError" not in proc.stderr

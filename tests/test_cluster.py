@@ -1,5 +1,8 @@
 """Cluster presets and the TOML layout: every preset loads, links are sane, bad fields are named."""
 
+import dataclasses
+import pickle
+
 import numpy as np
 import pytest
 
@@ -32,7 +35,8 @@ def test_baechi_preset_matches_baechi_code():
     c = load_cluster("baechi-4x2080")
     assert (c.n_devices, c.comm_model, c.op_gap_us) == (4, "sequential", 0.0)
     assert (c.memory_bytes == 8 * 2**30).all()
-    for nbytes in (0, 1, 10**6, 123456789):
+    assert c.transfer_us(1, 3, 0) == 0.0  # no bytes, no message: a pure ordering edge (as the simulator)
+    for nbytes in (1, 10**6, 123456789):
         assert c.transfer_us(1, 3, nbytes) == pytest.approx(0.0001754 * nbytes + 134, rel=1e-12)
 
 
@@ -62,6 +66,29 @@ def test_h100_and_heterogeneous_presets():
     assert het.device_kinds == ["cpu", "gpu", "gpu", "gpu", "gpu"]
     assert het.memory_bytes[0] == 64 * 2**30 and (het.memory_bytes[1:] == 16 * 2**30).all()
     assert het.device_index("gpu2") == 3
+
+
+def test_cluster_cannot_change_after_it_is_made():
+    latency = np.full((2, 2), 3.0)
+    c = Cluster("c", [Device("a", "gpu", 1e9), Device("b", "gpu", 1e9)], "parallel", latency,
+                np.full((2, 2), 1e3), meta={"calibration": {"links": [{"latency_us": 3.0}]}})
+    latency[0, 1] = 99.0  # the caller's array was copied
+    assert c.latency_us[0, 1] == 3.0 and c.transfer_us(0, 1, 8.0) == 3.0 + 8e-3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.name = "renamed"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.comm_model = "sequential"
+    with pytest.raises(AttributeError):
+        c.devices.append(Device("x", "gpu", 1e9))
+    with pytest.raises(ValueError):
+        c.send_overhead_us[0, 1] = 1.0
+    with pytest.raises(TypeError, match="read-only"):
+        c.meta["calibration"]["links"][0]["latency_us"] = 0.0
+    assert not pickle.loads(pickle.dumps(c)).latency_us.flags.writeable  # pickling makes writeable arrays
+    renamed = dataclasses.replace(c, name="renamed")  # a variant is a new cluster, validated again
+    assert renamed.name == "renamed" and c.name == "c" and renamed.meta == c.meta
+    with pytest.raises(ClusterError, match="comm_model 'nope'"):
+        dataclasses.replace(c, comm_model="nope")
 
 
 def test_memory_fraction_scales_memory_only():

@@ -1,6 +1,7 @@
 """Running placed training steps for real: numbers equal an eager step, faults end cleanly."""
 
 import dataclasses
+import inspect
 import os
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import fault_injection  # noqa: E402  (tests/fault_injection.py: the faults live with the tests)
 from devplace.cluster import load_cluster, uniform_cluster  # noqa: E402
 from devplace.errors import DevplaceError, PlacementError  # noqa: E402
 from devplace.execute import ExecutionError, eager_reference, max_difference, prepare, run  # noqa: E402
@@ -22,7 +24,7 @@ from devplace.execute.distributed import run_distributed, run_distributed_many  
 from devplace.execute.local import run_local  # noqa: E402
 from devplace.execute.schedule import ANYWHERE, check_against_graph, make_plan  # noqa: E402
 from devplace.placement import Placement  # noqa: E402
-from devplace.placers import place  # noqa: E402
+from devplace.portfolio import place  # noqa: E402
 from devplace.sim import simulate  # noqa: E402
 
 MODELS = {
@@ -149,26 +151,28 @@ def test_plan_cannot_deadlock(prepared):
     assert tags == list(range(plan.n_transfers)) and plan.n_transfers > 10
 
 
-def test_rank_that_raises_is_named_and_no_process_survives(prepared):
+def test_rank_that_raises_is_named_and_no_process_survives(prepared, monkeypatch):
     p = prepared["mlp"]
     pl = placements(p)["round-robin"]
     plan = make_plan(p.program, p.graph, pl, 2)
     op = next(p.program.instrs[i].name for i in plan.rank_order[1] if p.program.instrs[i].op == "call_function")
+    for entry in (run, run_distributed, run_distributed_many):  # production code takes no fault
+        assert "fault" not in inspect.signature(entry).parameters
+    fault_injection.install(monkeypatch, rank=1, op=op, action="raise")
     with pytest.raises(ExecutionError, match=rf"rank 1 failed at op '{op}'.*fault injected"):
-        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=30,
-                        fault={"rank": 1, "op": op, "action": "raise"})
+        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=30)
     assert children_alive() == []
 
 
-def test_rank_that_hangs_times_out_and_no_process_survives(prepared):
+def test_rank_that_hangs_times_out_and_no_process_survives(prepared, monkeypatch):
     p = prepared["mlp"]
     pl = placements(p)["round-robin"]
     plan = make_plan(p.program, p.graph, pl, 2)
     op = next(p.program.instrs[i].name for i in plan.rank_order[0] if p.program.instrs[i].op == "call_function")
+    fault_injection.install(monkeypatch, rank=0, op=op, action="hang", seconds=600)
     started = time.monotonic()
     with pytest.raises(ExecutionError, match=rf"rank 0 hung at op '{op}'"):
-        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=2,
-                        fault={"rank": 0, "op": op, "action": "hang", "seconds": 600})
+        run_distributed(p.program, plan, p.state, 2, steps=1, warmup=0, timeout_s=2)
     assert time.monotonic() - started < 60
     assert children_alive() == []
 
@@ -434,3 +438,48 @@ def test_executed_costs_time_the_interpreter_and_drop_the_op_gap(prepared):
     assert executed.simulation_cluster(c).op_gap_us == 0.0 and p.simulation_cluster(c).op_gap_us == 7.0
     single = simulate(executed.graph, executed.simulation_cluster(c), [0] * p.graph.n_ops).step_time_us
     assert single == pytest.approx(executed.graph.compute_us[:, 0].sum())
+
+
+def test_local_run_simulates_the_execution_it_measures(prepared):
+    """On CPUs the local backend runs every op in turn on one thread and copies nothing, so its
+    simulated step is every op on one device, whatever the links cost; on GPUs the devices overlap
+    and no message pays a per-message overhead (local.as_executed)."""
+    from devplace.execute.local import as_executed
+
+    p = prepared["mlp"]
+    pl = placements(p)["round-robin"]
+    slow = uniform_cluster(2, kind=p.graph.device_kinds[0], latency_us=500.0, bandwidth_bytes_per_us=10.0,
+                           send_overhead_us=400.0, recv_overhead_us=400.0)
+    result = run(None, pl, cluster=slow, prepared=p, steps=1, warmup=0)
+    one_thread = simulate(p.graph, p.simulation_cluster(slow), [0] * p.graph.n_ops).step_time_us
+    assert result.simulated_step_time_us == pytest.approx(one_thread)
+    assert simulate(p.graph, p.simulation_cluster(slow), pl).step_time_us > 2 * one_thread  # what it printed before
+    assert "one CPU thread" in result.to_dict()["simulated_as"]
+    cluster, placement, said = as_executed(slow, pl, [torch.device("cuda", 0), torch.device("cuda", 1)])
+    assert placement is pl and "without per-message overheads" in said
+    assert not cluster.send_overhead_us.any() and not cluster.recv_overhead_us.any()
+    assert (cluster.latency_us == slow.latency_us).all()
+
+
+def test_a_placement_of_the_default_foreach_capture_runs_on_the_per_parameter_step(prepared):
+    """`devplace place` captures foreach updates; the executor runs per-parameter ones: forward and
+    backward ops keep their devices, each update op follows its parameter, and the step runs."""
+    from devplace.execute.schedule import carried_over
+    from devplace.graph import Role
+    from devplace.torchcapture import capture
+
+    p = prepared["mlp"]
+    foreach = capture(p.model, p.example_inputs, p.loss_fn, optimizer=p.optimizer, update="foreach",
+                      cost="roofline", cluster=load_cluster("8xh100-nvlink"), targets=p.targets, progress=False)
+    assert foreach.n_ops != p.graph.n_ops
+    c = load_cluster("8xh100-nvlink").with_devices(2)
+    made = place(foreach, c, algo="round-robin")
+    carried = carried_over(made, p.graph, foreach)
+    same = {n: d for n, d, r in zip(foreach.names, made.devices, foreach.role) if r != Role.UPDATE}
+    for name, device, role in zip(p.graph.names, carried.devices, p.graph.role):
+        if role != Role.UPDATE and name in same:
+            assert device == same[name], name
+    assert carried.colocation_violations(p.graph) == []
+    assert carried_over(made, p.graph, p.graph) is None  # made on another graph: not carried
+    result = run(p, made, cluster=cluster_for(p.graph), steps=1, warmup=0)
+    assert np.isfinite(result.loss)

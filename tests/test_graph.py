@@ -1,6 +1,9 @@
 """OpGraph: structure (CSR, topological order), the builder, and validation messages."""
 
+import copy
+import dataclasses
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -25,13 +28,13 @@ def diamond() -> OpGraph:
 def test_builder_fills_every_column():
     g = diamond()
     assert (g.n_ops, g.n_edges) == (4, 4)
-    assert g.names == ["d", "a", "b", "c"]
-    assert g.kinds == ["add", "matmul", "", ""]
+    assert g.names == ("d", "a", "b", "c")
+    assert g.kinds == ("add", "matmul", "", "")
     assert g.compute_us.tolist() == [[4, 40], [1, 10], [2, 20], [3, 30]]
     assert g.persistent_bytes.tolist() == [0, 100, 0, 0]
     assert g.temp_bytes.tolist() == [0, 7, 0, 0]
     assert g.output_bytes.tolist() == [8, 0, 0, 0]
-    assert g.colocation_names == ["g"]
+    assert g.colocation_names == ("g",)
     assert g.colocation.tolist() == [-1, -1, 0, 0]
     assert g.role.tolist() == [Role.FORWARD, Role.FORWARD, Role.BACKWARD, Role.UPDATE]
     assert g.mirror.tolist() == [-1, -1, 1, -1]
@@ -63,6 +66,56 @@ def test_graph_is_immutable():
         g.compute_us[0, 0] = 1.0
     with pytest.raises(ValueError):
         g.topo_order[0] = 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.names = ("x",) * 4
+    with pytest.raises(AttributeError):  # a tuple: no item assignment, no append
+        g.names.append("e")
+    with pytest.raises(TypeError):
+        g.names[0] = "x"
+    with pytest.raises(ValueError):
+        g.colocation_members[0][0] = 0
+    with pytest.raises(TypeError, match="read-only"):
+        g.index_of["a"] = 0
+    for copied in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g)):  # pickling makes writeable arrays
+        assert not copied.compute_us.flags.writeable and not copied.succ_ptr.flags.writeable
+        assert not copied.colocation_members[0].flags.writeable
+        assert copied.names == g.names and copied.topo_order.tolist() == g.topo_order.tolist()
+
+
+def test_meta_is_read_only_all_the_way_down_and_with_meta_derives_a_new_graph():
+    b = GraphBuilder(["gpu"])
+    b.add_op("a", compute_us=1.0)
+    b.meta = {"source": "test", "capture_seconds": {"total": 1.0}, "op_scope": ["x"]}
+    g = b.build()
+    b.meta["source"] = "changed after build"  # the graph took a copy
+    assert g.meta["source"] == "test"
+    for edit in (lambda: g.meta.__setitem__("source", "x"), lambda: g.meta.update(source="x"),
+                 lambda: g.meta["capture_seconds"].__setitem__("total", 2.0), lambda: g.meta.pop("source"),
+                 lambda: g.meta.setdefault("new", 1), lambda: g.meta.clear()):
+        with pytest.raises(TypeError, match="read-only"):
+            edit()
+    with pytest.raises(TypeError, match="read-only"):
+        g.meta["op_scope"].append("y")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.meta = {}
+    derived = g.with_meta(source="derived", extra={"k": [1, 2]})
+    assert derived.meta == {"source": "derived", "capture_seconds": {"total": 1.0}, "op_scope": ["x"],
+                            "extra": {"k": [1, 2]}}
+    assert g.meta["source"] == "test" and "extra" not in g.meta
+    assert derived.compute_us is g.compute_us and derived.names is g.names  # nothing to copy: nothing can change
+    with pytest.raises(TypeError, match="read-only"):
+        derived.meta["extra"]["k"][0] = 0
+    assert pickle.loads(pickle.dumps(derived)).meta == derived.meta  # spawned processes receive graphs
+
+
+def test_a_callers_array_is_copied_so_it_cannot_change_the_graph():
+    persistent = np.zeros(2)
+    g = OpGraph(names=["a", "b"], kinds=["", ""], device_kinds=["gpu"], compute_us=np.ones((2, 1)),
+                persistent_bytes=persistent, output_bytes=np.zeros(2), temp_bytes=np.zeros(2),
+                colocation=np.full(2, -1), colocation_names=[], role=np.zeros(2), mirror=np.full(2, -1),
+                edge_src=np.array([0]), edge_dst=np.array([1]), edge_bytes=np.zeros(1), edge_fixed_us=np.full(1, np.nan))
+    persistent[0] = 5.0  # the caller still owns its array
+    assert g.persistent_bytes[0] == 0.0 and persistent.flags.writeable
 
 
 def test_topological_order_respects_every_edge_on_a_random_dag():

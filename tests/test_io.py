@@ -166,7 +166,7 @@ def test_dnn_partitioning_import_keeps_every_figure(name, dnn_graphs):
     g = dnn_graphs[name]
     raw = json.loads(dp.example_path(name).read_text())
     assert (g.n_ops, g.n_edges) == DNN_FILES[name]
-    assert g.device_kinds == ["gpu", "cpu"]
+    assert g.device_kinds == ("gpu", "cpu")
     nodes = raw["nodes"]
     by_id = {node["id"]: node for node in nodes}
     gpu, cpu = g.kind_index("gpu"), g.kind_index("cpu")
@@ -266,4 +266,4 @@ def test_the_documented_example_file_loads(tmp_path):
     (tmp_path / "example.json").write_text(example)
     g = load_graph(tmp_path / "example.json")
     assert g.n_ops == 4 and g.names[g.mirror[2]] == "matmul" and g.edge_fixed_us[2] == 12.0
-    assert g.colocation_names == ["emb"] and g.role_counts()["update"] == 1
+    assert g.colocation_names == ("emb",) and g.role_counts()["update"] == 1

@@ -86,7 +86,7 @@ def test_learners_are_registered_with_options_but_not_in_default_compare():
 
     info = available()
     for name in ("colocrl", "hp"):
-        assert info[name].learned
+        assert not info[name].by_default
         names = {o["name"] for o in info[name].describe()["options"]}
         assert {"samples", "time_budget_s", "workers", "ray", "checkpoint", "resume", "log"} <= names
         assert name not in default_algos()

@@ -7,7 +7,7 @@ import pytest
 from devplace.cluster import uniform_cluster
 from devplace.errors import PlacementError
 from devplace.graph import chain_graph
-from devplace.placers import available, place
+from devplace.portfolio import available, place
 from devplace.placers.options import describe_options
 
 
@@ -37,7 +37,7 @@ def test_mistyped_option_is_refused_by_name(algo, key, value):
 
 
 def test_given_options_reach_the_placer_and_are_recorded():
-    p = place(chain_graph([1.0, 2.0]), uniform_cluster(2), algo="sim-search", max_evals=7, quiet=True,
+    p = place(chain_graph([1.0, 2.0]), uniform_cluster(2), algo="sim-search", max_evals=7,
               seeds=["single", "m-etf"])
     assert p.options["max_evals"] == 7 and p.options["seeds"] == ("single", "m-etf")
     assert set(p.options["seed_results"]) == {"single", "m-etf"}

@@ -274,6 +274,67 @@ def test_bad_placements_raise_placement_error():
         Placement(devices=[0, 0], priority=[1, 2, 3])
 
 
+@pytest.mark.parametrize("priority", [[0.0, np.nan, 1.0], [np.inf, 0.0, 1.0], ["a", "b", "c"]])
+def test_step_time_refuses_the_priorities_run_refuses(priority):
+    g = chain_graph([1.0, 2.0, 3.0])
+    sim = Simulator(g, uniform_cluster(2))
+    devices = np.array([0, 1, 0], dtype=np.int64)
+    with pytest.raises(PlacementError, match="priorities must be"):
+        sim.run(Placement(devices=devices, priority=priority))
+    with pytest.raises(PlacementError, match="priorities must be"):
+        sim.step_time_us(devices, np.asarray(priority) if priority[0] != "a" else priority)
+    assert sim.step_time_us(devices, np.array([2.0, 1.0, 0.0])) == sim.run(devices).step_time_us == 6.0
+
+
+# ------------------------------------------------------------ the cache of prepared arrays
+def test_a_dropped_graph_and_cluster_are_freed_with_their_cache_entry():
+    import gc
+    import weakref
+
+    from devplace.sim import simulator as simulator_module
+
+    g, c = chain_graph([1.0, 2.0]), uniform_cluster(2)
+    result = simulate(g, c, [0, 1])
+    sim = Simulator(g, c)
+    assert sim.op_time_us is Simulator(g, c).op_time_us  # prepared once per pair
+    assert (id(g), id(c)) in simulator_module._cache
+    graph_ref, cluster_ref = weakref.ref(g), weakref.ref(c)
+    del g, c, result, sim
+    gc.collect()
+    assert graph_ref() is None and cluster_ref() is None
+    assert all(entry[0]() is not None and entry[1]() is not None for entry in simulator_module._cache.values())
+
+
+def test_the_cache_keeps_at_most_its_bound_and_the_most_recent_pairs():
+    from devplace.sim import simulator as simulator_module
+
+    c = uniform_cluster(2)
+    graphs = [chain_graph([float(k + 1)] * 3) for k in range(simulator_module.CACHE_PAIRS + 5)]
+    for g in graphs:
+        assert simulate(g, c, [0, 0, 0]).step_time_us == 3.0 * g.compute_us[0, 0]
+    assert len(simulator_module._cache) == simulator_module.CACHE_PAIRS
+    assert (id(graphs[-1]), id(c)) in simulator_module._cache and (id(graphs[0]), id(c)) not in simulator_module._cache
+    assert simulate(graphs[0], c, [0, 1, 0]).step_time_us == 3.0  # an evicted pair is prepared again
+
+
+def test_simulating_a_split_colocation_group_warns_and_a_whole_one_does_not():
+    import warnings
+
+    from devplace.placement import ColocationWarning
+
+    b = GraphBuilder(["gpu"])
+    for name, group in [("a", "g"), ("b", "g"), ("c", "h"), ("d", "h"), ("e", None)]:
+        b.add_op(name, compute_us=1.0, colocation=group)
+    g, c = b.build(), uniform_cluster(2)
+    with pytest.warns(ColocationWarning, match=r"splits colocation group 'h' across devices") as caught:
+        assert simulate(g, c, [0, 0, 0, 1, 1]).step_time_us == 3.0
+    assert caught[0].filename == __file__  # points at the caller's line
+    assert Placement(devices=[1, 0, 0, 1, 0]).colocation_violations(g) == ["g", "h"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate(g, c, [1, 1, 0, 0, 1])
+
+
 def test_missing_device_kind_raised_when_simulating_on_that_kind():
     g = chain_graph([1.0, 2.0])  # gpu times only
     het = load_cluster("cpu+4gpu")
@@ -575,3 +636,16 @@ def test_placement_files_round_trip_and_bad_ones_are_named(tmp_path):
         Placement.load(tmp_path / "bad.json")
     with pytest.raises(PlacementError, match="does not exist"):
         Placement.load(tmp_path / "missing.json")
+
+
+def test_a_device_filled_to_the_byte_fits_whatever_the_summation_order():
+    """A placer's sum of the same bytes in another order may land a rounding error above the
+    simulator's: that is not out of memory; a byte in a million over is."""
+    b = GraphBuilder(["gpu"])
+    b.add_op("a", compute_us=1.0, persistent_bytes=1000.0)
+    g = b.build()
+    rounding_above = uniform_cluster(1, memory_bytes=1000.0 * (1 - 1e-13))
+    result = simulate(g, rounding_above, [0])
+    assert result.peak_memory_bytes[0] > rounding_above.memory_bytes[0] and result.fits
+    really_over = uniform_cluster(1, memory_bytes=1000.0 * (1 - 1e-6))
+    assert simulate(g, really_over, [0]).oom_devices == [0]

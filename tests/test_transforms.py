@@ -162,7 +162,7 @@ def test_optimized_placements_expand_to_valid_placements(graph):
     devices = c.expand(np.arange(c.graph.n_ops) % 3)
     mirrored = np.flatnonzero(graph.mirror >= 0)
     assert np.array_equal(devices[mirrored], devices[graph.mirror[mirrored]])
-    p = dp.place(graph, uniform_cluster(3), "round-robin", coplacement=True, fusion=True, forward_only=True)
+    p = dp.place(graph, uniform_cluster(3), "round-robin+opt+fwd")
     assert p.colocation_violations(graph) == [] and len(p.devices) == graph.n_ops
 
 
@@ -226,7 +226,7 @@ def test_forward_view_places_backward_with_forward_and_keeps_groups():
 
 def test_place_hook_records_sizes_and_expands_priorities_in_topological_order():
     g = chain_graph([5.0] * 12, edge_bytes=100.0)
-    p = dp.place(g, uniform_cluster(2), "heft", coplacement=True, fusion=True)
+    p = dp.place(g, uniform_cluster(2), "heft+opt")
     assert p.options["original_ops"] == 12 and p.options["coarse_ops"] == 1
     assert np.all(np.diff(p.priority[g.topo_order]) > 0)
     assert len(set(p.devices.tolist())) == 1
@@ -242,7 +242,7 @@ def test_bundled_graphs_shrink():
 
 def test_fused_op_names_are_unique_and_readable():
     f = fuse(chain_graph([1.0] * 4), [0, 0, 1, 1])
-    assert f.graph.names == ["op0[+1]", "op2[+1]"]
+    assert f.graph.names == ("op0[+1]", "op2[+1]")
 
 
 def test_quotient_rejects_a_cyclic_grouping():

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from devplace.errors import DevplaceError
-from devplace.execute.local import median, parse_devices, run_local
+from devplace.execute.local import as_executed, median, parse_devices, run_local
 from devplace.execute.program import ExecutionError, Program
-from devplace.execute.schedule import check_against_graph, make_plan
+from devplace.execute.schedule import carried_over, check_against_graph, make_plan
 
 BACKENDS = ("local", "distributed")
 
@@ -63,7 +63,9 @@ def prepare(target, *, cost: str = "measured", optimizer: str = "adam", repeats:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # op times as a one-thread device sees them (see distributed.py)
     try:
-        graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer,
+        # per-parameter updates: the executor tracks in-place writes through the tensor an op
+        # returns, which multi-tensor (foreach/fused) ops do not
+        graph, traced = capture(model, example_inputs, loss_fn, optimizer=optimizer, update="per-parameter",
                                 cost="measured" if cost == EXECUTED_COST else cost, targets=targets,
                                 repeats=1 if cost == EXECUTED_COST else repeats, progress=False, return_trace=True)
     finally:
@@ -93,6 +95,8 @@ class RunResult:
     # device, start_us, end_us (waits and sends: peer too) from the step's start, "device_end_us" (when
     # each device's part ended) and "step_time_us"; distributed: each rank's times from its own start
     timeline: dict | None = field(default=None, repr=False)
+    # what the simulated figure is the simulation of: the same execution as the measured one
+    simulated_as: str = ""
 
     def to_dict(self) -> dict:
         return {
@@ -101,22 +105,43 @@ class RunResult:
             "measured_step_time_us": self.measured_step_time_us,
             "simulated_step_time_us": self.simulated_step_time_us,
             "relative_error": (self.simulated_step_time_us - self.measured_step_time_us) / self.measured_step_time_us,
+            "simulated_as": self.simulated_as,
             "step_times_us": self.step_times_us,
             "loss": self.loss,
             "transfers_per_step": self.n_transfers,
         }
 
 
+def _from_default_capture(placement, prepared: Prepared):
+    """A placement made on the step's default capture (foreach updates, what `devplace place`
+    places) carried over to the per-parameter graph the executor runs; else unchanged (and refused
+    by the checks that follow, with the way to make a matching one)."""
+    from devplace.cluster import load_cluster
+    from devplace.torchcapture import capture
+
+    any_gpus = load_cluster("8xh100-nvlink")  # only the op names matter here, not their times
+    for update in ("foreach", "fused"):
+        placed_graph = capture(prepared.model, prepared.example_inputs, prepared.loss_fn, optimizer=prepared.optimizer,
+                               update=update, cost="roofline", cluster=any_gpus, targets=prepared.targets,
+                               progress=False)
+        carried = carried_over(placement, prepared.graph, placed_graph)
+        if carried is not None:
+            return carried
+    return placement
+
+
 def run(target, placement, *, cluster=None, backend: str = "local", steps: int = 5, warmup: int = 1,
         devices: list[str] | None = None, timeout_s: float = 60.0, prepared: Prepared | None = None,
-        fault: dict | None = None, timeline: bool = False) -> RunResult | None:
+        timeline: bool = False) -> RunResult | None:
     """Run the training step of ``target`` with every op on its placed device.
 
     ``placement``: a Placement, a placement file path, or one device index per graph op.
     ``cluster``: the cluster to simulate on (default: ``n`` devices of this machine's kind with a
     quick calibration of its links). ``backend``: ``local`` (one process, ``devices`` are torch
     devices) or ``distributed`` (one process per device). Returns measured (median over ``steps``
-    after ``warmup``) and simulated step times, and the first step's loss, gradients and parameters;
+    after ``warmup``) and simulated step times of the same execution (``simulated_as`` says which:
+    the local backend pays no messages, and on CPUs runs every op on one thread, local.as_executed),
+    and the first step's loss, gradients and parameters;
     ``timeline``: also record the last step's timeline (``RunResult.timeline``), for
     ``devplace.sim.write_chrome_trace(result.simulation, path, measured=result.timeline)``; that step
     is still one of the measured ones, a few percent slower for the recording (~0.2 us per instruction).
@@ -133,6 +158,8 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
     graph, program = prepared.graph, prepared.program
     if isinstance(placement, (str,)) or hasattr(placement, "__fspath__"):
         placement = Placement.load(placement)
+    if isinstance(placement, Placement) and len(placement) != graph.n_ops:
+        placement = _from_default_capture(placement, prepared)
     placement = as_placement(placement, graph)
     n_devices = int(placement.devices.max()) + 1 if len(placement) else 1
     if cluster is None and backend == "distributed":
@@ -151,14 +178,16 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
     n_devices = cluster.n_devices
     check_against_graph(program, graph, placement, cluster)
     plan = make_plan(program, graph, placement, n_devices)
-    simulation = simulate(graph, prepared.simulation_cluster(cluster), placement)
     state = {k: v.clone() for k, v in prepared.state.items()}
     if backend == "local":
-        done = run_local(program, plan, state, parse_devices(devices or [], n_devices),
-                         steps=steps, warmup=warmup, timeline=timeline)
+        torch_devices = parse_devices(devices or [], n_devices)
+        simulated = as_executed(prepared.simulation_cluster(cluster), placement, torch_devices)
+        done = run_local(program, plan, state, torch_devices, steps=steps, warmup=warmup, timeline=timeline)
     else:
         from devplace.execute.distributed import run_distributed, run_under_torchrun, under_torchrun
 
+        simulated = (prepared.simulation_cluster(cluster), placement,
+                     f"the placement on {cluster.name}, one process per device, messages charged (distributed backend)")
         if under_torchrun():  # every process runs this; rank 0 gathers and reports
             done = run_under_torchrun(program, plan, state, steps=steps, warmup=warmup, devices=devices,
                                       timeline=timeline)
@@ -166,12 +195,13 @@ def run(target, placement, *, cluster=None, backend: str = "local", steps: int =
                 return None
         else:
             done = run_distributed(program, plan, state, n_devices, steps=steps, warmup=warmup,
-                                   timeout_s=timeout_s, devices=devices, fault=fault, timeline=timeline)
+                                   timeout_s=timeout_s, devices=devices, timeline=timeline)
+    simulation = simulate(graph, *simulated[:2])
     outputs, times = done[:2]
     if "loss" not in outputs:
         raise ExecutionError("the run finished without a loss: this is a bug in the executor")
     return RunResult(backend, n_devices, median(times), float(simulation.step_time_us), times, float(outputs["loss"]),
-                     plan.n_transfers, outputs, simulation, done[2] if timeline else None)
+                     plan.n_transfers, outputs, simulation, done[2] if timeline else None, simulated[2])
 
 
 def eager_reference(prepared: Prepared) -> dict:

@@ -40,6 +40,7 @@ import os
 import platform
 import statistics
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -353,9 +354,7 @@ def calibrated_cluster(spec: dict, calibration: dict):
     from devplace.cluster import cluster_from_dict
 
     cluster = cluster_from_dict(spec, default_name=spec["name"])
-    cluster.meta["calibration_spec"] = spec
-    cluster.meta["calibration"] = calibration
-    return cluster
+    return replace(cluster, meta={"calibration_spec": spec, "calibration": calibration})
 
 
 def spec_from_measurements(figures: list[dict], programs: list[dict], n_devices: int, name: str | None,

@@ -73,11 +73,10 @@ def restore_strides(buffer: torch.Tensor, stride: tuple | None) -> torch.Tensor:
 class RankInterpreter(PlacedInterpreter):
     """Runs one rank's instructions; remote values arrive by ``irecv``, local ones leave by ``isend``."""
 
-    def __init__(self, program: Program, plan: Plan, rank: int, device: torch.device, state: dict,
-                 status=None, fault: dict | None = None):
+    def __init__(self, program: Program, plan: Plan, rank: int, device: torch.device, state: dict, status=None):
         super().__init__(program, [device] * len(program), state)
         self.plan, self.rank, self.device = plan, rank, device
-        self.status, self.fault = status, fault or {}
+        self.status = status
         self.written = program.written
         self.pending_sends: list = []
         self.base = rank * _SLOTS
@@ -160,14 +159,6 @@ class RankInterpreter(PlacedInterpreter):
             work.wait()
         self.pending_sends = []
 
-    def call_function(self, ins, args, kwargs, device):
-        if self.fault.get("rank") == self.rank and self.fault.get("op") in (None, ins.name):
-            if self.fault.get("action") == "hang":
-                time.sleep(self.fault.get("seconds", 3600))
-            else:
-                raise RuntimeError("fault injected for a test")
-        return super().call_function(ins, args, kwargs, device)
-
 
 # How far ahead of the agreeing all-reduce the common start lies; it covers the all-reduce itself.
 START_MARGIN_S = 0.003
@@ -202,7 +193,7 @@ def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict,
     if device.type == "cuda":
         torch.cuda.set_device(device)
     state = {k: v.to(device, copy=True) for k, v in state.items()}  # a job never changes its inputs
-    interp = RankInterpreter(program, plan, rank, device, state, status, settings.get("fault"))
+    interp = RankInterpreter(program, plan, rank, device, state, status)
     first, times, part = {}, [], None
     n_steps = settings["warmup"] + settings["steps"]
     for step in range(n_steps):
@@ -264,20 +255,19 @@ def _worker(rank, world, init_method, body, body_args, settings, results, status
 
 def run_distributed(program: Program, plan: Plan, state: dict, n_devices: int, *, steps: int = 5,
                     warmup: int = 1, timeout_s: float = 60.0, startup_timeout_s: float = 120.0,
-                    devices: list[str] | None = None, fault: dict | None = None, timeline: bool = False) -> tuple:
+                    devices: list[str] | None = None, timeline: bool = False) -> tuple:
     """Spawn one process per device, run the steps, return (first-step outputs, step times in us),
     and with ``timeline`` the last step's timeline (interpreter.merge_timeline) third."""
     return run_distributed_many([(program, plan, state)], n_devices, steps=steps, warmup=warmup, timeout_s=timeout_s,
-                                startup_timeout_s=startup_timeout_s, devices=devices, fault=fault, timeline=timeline)[0]
+                                startup_timeout_s=startup_timeout_s, devices=devices, timeline=timeline)[0]
 
 
 def run_distributed_many(jobs: list[tuple[Program, Plan, dict]], n_devices: int, *, steps: int = 5, warmup: int = 1,
                          timeout_s: float = 60.0, startup_timeout_s: float = 120.0, devices: list[str] | None = None,
-                         fault: dict | None = None, timeline: bool = False) -> list[tuple]:
+                         timeline: bool = False) -> list[tuple]:
     """Several (program, plan, state) jobs in one set of processes (one start-up for all of them);
     one result per job as ``run_distributed`` returns it."""
-    settings = {"steps": steps, "warmup": warmup, "timeout_s": timeout_s, "devices": devices, "fault": fault,
-                "timeline": timeline}
+    settings = {"steps": steps, "warmup": warmup, "timeout_s": timeout_s, "devices": devices, "timeline": timeline}
     per_rank = [([(p, plan, _local_state(p, plan, state, rank)) for p, plan, state in jobs],) for rank in range(n_devices)]
     done = launch(_run_body, per_rank, settings, timeout_s=timeout_s, startup_timeout_s=startup_timeout_s,
                   programs=[p for p, _, _ in jobs])

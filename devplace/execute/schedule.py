@@ -44,9 +44,48 @@ class Plan:
         return sum(len(v) for v in self.sends.values())
 
 
+def carried_over(placement, graph, placed_graph):
+    """``placement``, made on ``placed_graph`` (the same step captured with foreach or fused optimizer
+    updates, as ``devplace place`` captures by default), for ``graph``, the per-parameter capture the
+    executor runs; None if it was not made on ``placed_graph``.
+
+    Forward and backward ops are the same ops in both captures and keep their devices; each update
+    op goes where its colocation group (its parameter and optimizer state) was placed."""
+    from devplace.graph import Role
+    from devplace.placement import Placement, graph_fingerprint
+
+    if len(placement) != placed_graph.n_ops or (
+            placement.graph_fingerprint and placement.graph_fingerprint != graph_fingerprint(placed_graph.names)):
+        return None
+    placed_role = np.asarray(placed_graph.role)
+    device_of = {name: int(d) for name, d, role in zip(placed_graph.names, placement.devices, placed_role)
+                 if role != Role.UPDATE}
+    devices = np.array([device_of.get(name, -1) if role != Role.UPDATE else -1
+                        for name, role in zip(graph.names, np.asarray(graph.role))], dtype=np.int64)
+    for members in graph.colocation_members:
+        known = devices[members][devices[members] >= 0]
+        if len(known):
+            devices[members[devices[members] < 0]] = known[0]
+    for v in graph.topo_order:  # anything left (a step counter) follows its first placed input
+        if devices[v] < 0:
+            inputs = graph.predecessors(v)
+            placed = inputs[devices[inputs] >= 0]
+            devices[v] = placed[0] if len(placed) else 0
+    return Placement(devices=devices, algorithm=placement.algorithm,
+                     options=placement.options | {"carried_over_from_ops": placed_graph.n_ops},
+                     device_names=placement.device_names, graph_fingerprint=graph_fingerprint(graph.names))
+
+
 def check_against_graph(program: Program, graph, placement, cluster) -> None:
     """Refuse a graph/placement that does not describe this traced step (before anything starts)."""
-    placement.check(graph, cluster)
+    try:
+        placement.check(graph, cluster)
+    except PlacementError as exc:
+        # the executor runs the per-parameter optimizer step; captures default to foreach updates
+        raise PlacementError(
+            f"{exc} (the executor runs the optimizer step per parameter: place the graph of "
+            f"`devplace profile TARGET --update per-parameter -o graph.json`, not the default foreach capture)"
+        ) from None
     missing = [name for name in graph.names if name not in program.index]
     if missing:
         raise PlacementError(

@@ -122,14 +122,13 @@ def cluster_for(graph: OpGraph, comm_model: str = "sequential") -> Cluster:
     spec = graph.meta.get("dnn_partitioning")
     if not spec:
         raise GraphError("this graph was not imported from a dnn-partitioning file: it names no devices")
-    cluster = uniform_cluster(
+    return uniform_cluster(
         spec["max_fpgas"],
         kind=ACCELERATOR_KIND,
         memory_bytes=spec["max_size_per_fpga_bytes"],
         comm_model=comm_model,
+        name=f"dnn-partitioning-{spec['max_fpgas']}x",
     )
-    cluster.name = f"dnn-partitioning-{spec['max_fpgas']}x"
-    return cluster
 
 
 __all__ = ["from_dict", "is_dnn_partitioning", "cluster_for"]

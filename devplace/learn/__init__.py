@@ -18,4 +18,4 @@ Each learner is one module registered as a placer (``colocrl``, ``hp``); it impo
 when it runs, so ``import devplace`` and the algorithmic placers stay torch-free.
 """
 
-PLACER_MODULES = ("colocrl", "hp")
+from devplace.learn import colocrl, hp  # noqa: F401,E402  (register "colocrl" and "hp"; torch-free until they run)

@@ -53,7 +53,7 @@ def colocrl_groups(graph, max_groups: int):
 
 
 @register(NAME, "ColocRL (ICML 2017): seq2seq LSTM + attention places op groups, REINFORCE on the simulator",
-          ColocRLOptions)
+          ColocRLOptions, by_default=False)
 def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOptions()):
     import torch
 

@@ -54,7 +54,7 @@ class HPOptions(LearnerOptions):
 
 
 @register(NAME, "Hierarchical Planner (ICLR 2018): Grouper + seq2seq Placer trained jointly, REINFORCE on "
-          "the simulator", HPOptions)
+          "the simulator", HPOptions, by_default=False)
 def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     import torch
 

@@ -12,29 +12,27 @@ indices, one per op) and registers both::
     def place(graph, cluster, *, seed=0, options=HeftOptions()): ...
 
 A placer without options registers without a class and receives ``NO_OPTIONS``.
-``devplace.place`` validates the user's options against the class (a misspelt or mistyped one is a
-``PlacementError`` naming the valid ones), runs the placer, times it, and refuses a result that
-splits a colocation group or overflows a device's memory in simulation, so every caller can trust it.
 
->>> from devplace.graph import chain_graph
->>> from devplace.cluster import uniform_cluster
->>> place(chain_graph([1.0, 2.0]), uniform_cluster(2), algo="single").devices.tolist()
-[0, 0]
+This package is the bottom layer: a placer here places on its own and never imports what sits
+above it (``devplace.portfolio``, which combines placers and parses ``ALGO+opt+fwd`` specs,
+``compare``, ``report``, ``cli``). Placers that run other placers register from the portfolio
+into the same registry, so ``available()`` is the one list of placers; ``devplace.place`` (the
+portfolio's front door) validates options, runs a placer, times it and checks its result.
+
+>>> sorted(available())[:3]
+['expert', 'heft', 'm-etf']
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 from devplace.errors import OutOfMemoryError, PlacementError
-from devplace.placement import Placement, graph_fingerprint
-from devplace.placers.options import NO_OPTIONS, NoOptions, describe_options, parse_options
+from devplace.placement import Placement
+from devplace.placers.options import NO_OPTIONS, NoOptions, describe_options
 
 
 @dataclass(frozen=True)
@@ -44,95 +42,55 @@ class PlacerInfo:
     function: Callable
     module: str
     options: type = NoOptions
-
-    @property
-    def learned(self) -> bool:
-        """A learning placer (``devplace.learn``): trains a policy, so it runs only when asked for."""
-        return self.module.startswith("devplace.learn.")
+    by_default: bool = True   # False: compare runs it only when asked by name (it trains or solves for long)
 
     def describe(self) -> dict:
-        """Name, summary and declared options (``devplace algos --json``)."""
-        return {"name": self.name, "summary": self.summary, "options": describe_options(self.options)}
+        """Name, summary, declared options and whether compare runs it by default (``devplace algos --json``)."""
+        return {"name": self.name, "summary": self.summary, "options": describe_options(self.options),
+                "by_default": self.by_default}
 
 
 _REGISTRY: dict[str, PlacerInfo] = {}
 _LOADED = False
 
 
-def register(name: str, summary: str, options: type = NoOptions) -> Callable:
-    """Decorator: make ``function`` available as ``algo=name``, taking the options ``options`` declares."""
+def register(name: str, summary: str, options: type = NoOptions, *, by_default: bool = True) -> Callable:
+    """Decorator: make ``function`` available as ``algo=name``, taking the options ``options`` declares.
+    ``by_default=False`` keeps it out of ``compare``'s default rows (a placer that trains or solves
+    for long is run when named)."""
 
     def wrap(function: Callable) -> Callable:
         if name in _REGISTRY and _REGISTRY[name].function is not function:
             raise RuntimeError(f"two placers registered as {name!r}")
-        _REGISTRY[name] = PlacerInfo(name, summary, function, function.__module__, options)
+        _REGISTRY[name] = PlacerInfo(name, summary, function, function.__module__, options, by_default)
         return function
 
     return wrap
 
 
 def _load_all() -> None:
-    """Import every module of this package, and the learning placers, once, so each registers itself."""
+    """Import every module of this package once, so each registers itself."""
     global _LOADED
     if _LOADED:
         return
-    from devplace import learn
-
     for module in pkgutil.iter_modules(__path__):
         if not module.name.startswith("_"):
             importlib.import_module(f"{__name__}.{module.name}")
-    for name in learn.PLACER_MODULES:       # they import torch only when they run
-        importlib.import_module(f"devplace.learn.{name}")
     _LOADED = True
 
 
 def available() -> dict[str, PlacerInfo]:
+    """Every registered placer by name: this package's and the portfolio's (imported with ``devplace``)."""
     _load_all()
     return dict(sorted(_REGISTRY.items()))
 
 
-def place(
-    graph, cluster, algo: str = "m-sct", seed: int = 0, check: bool = True, *,
-    coplacement: bool = False, fusion: bool = False, forward_only: bool = False, **options,
-) -> Placement:
-    """Place ``graph`` on ``cluster`` with the algorithm registered as ``algo``.
-
-    ``coplacement``, ``fusion`` and ``forward_only`` apply Baechi's graph optimizations
-    (``devplace.transforms``): the placer sees the smaller graph, its placement (and priorities) are
-    expanded back, and the check runs on the original graph. ``options['coarse_ops']`` records the
-    size of the graph the placer saw.
-    """
+def placer(name: str) -> PlacerInfo:
+    """The placer registered as ``name``, or a PlacementError listing the names there are."""
     placers = available()
-    if algo not in placers:
-        raise PlacementError(f"no placer named {algo!r}: use one of {', '.join(placers)}")
-    info = placers[algo]
-    config = parse_options(info.options, options, algo)
-    optimized = coplacement or fusion or forward_only
-    began = time.perf_counter()
-    if optimized:
-        from devplace.transforms import optimize
-
-        coarsening = optimize(graph, coplacement=coplacement, fusion=fusion, forward_only=forward_only)
-        coarse = info.function(coarsening.graph, cluster, seed=seed, options=config)
-        result = coarsening.expand_placement(coarse)
-    else:
-        result = info.function(graph, cluster, seed=seed, options=config)
-    elapsed = time.perf_counter() - began
-    if not isinstance(result, Placement):
-        result = Placement(devices=np.asarray(result, dtype=np.int64))
-    result.algorithm = algo
-    result.options = {"seed": seed, **asdict(config)} | result.options
-    if optimized:
-        result.options |= {
-            "coplacement": coplacement, "fusion": fusion, "forward_only": forward_only,
-            "original_ops": graph.n_ops, "coarse_ops": coarsening.graph.n_ops,
-        }
-    result.placement_time_s = elapsed
-    result.device_names = cluster.device_names
-    result.graph_fingerprint = graph_fingerprint(graph.names)
-    if check:
-        check_feasible(graph, cluster, result)
-    return result
+    if name not in placers:
+        raise PlacementError(f"no placer named {name!r}: use one of {', '.join(placers)}")
+    return placers[name]
 
 
 def check_feasible(graph, cluster, placement: Placement) -> None:
@@ -153,4 +111,4 @@ def check_feasible(graph, cluster, placement: Placement) -> None:
         )
 
 
-__all__ = ["register", "place", "available", "check_feasible", "PlacerInfo", "NO_OPTIONS"]
+__all__ = ["register", "available", "placer", "check_feasible", "PlacerInfo", "NO_OPTIONS"]

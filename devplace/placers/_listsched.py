@@ -2,9 +2,9 @@
 
 At each step the scheduler evaluates every (ready op, device) pair: the op can start on the device
 when the device is free and all its inputs have arrived there. An input on another device arrives
-after a transfer that waits for its channel under the cluster's communication model (parallel: one
-per ordered device pair; sequential: one per device, held at both ends; duplex: one send and one
-receive channel per device), and a tensor already sent to a device is reused from there. The pair
+after a transfer costed and booked on the channels of the cluster's communication model by
+``devplace.sim.channels`` (as the simulator does; ``pipelined`` is planned as ``duplex``), and a
+tensor already sent to a device is reused from there. The pair
 with the earliest start wins; ties go to the op with the longer path to the end of the step (its
 bottom level), then the lower op index, then the lower device index.
 
@@ -35,8 +35,7 @@ from numba import njit
 
 from devplace.placement import Placement
 from devplace.placers._memory import MemoryModel, check_can_fit, claim, members_of, out_of_memory
-
-COMM_PARALLEL, COMM_SEQUENTIAL, COMM_DUPLEX = 0, 1, 2
+from devplace.sim.channels import book, channel_state, planning_model, transfer_us
 
 
 def op_times_us(graph, cluster) -> np.ndarray:
@@ -76,34 +75,32 @@ def bottom_levels(topo_order, succ_ptr, succ_edge, edge_dst, time_us, edge_us):
 
 
 @njit(cache=True, inline="always")
-def _transfer_us(e, src, dst, edge_bytes, edge_fixed_us, latency_us, bandwidth):
-    if edge_fixed_us[e] == edge_fixed_us[e]:
-        return edge_fixed_us[e]
-    if edge_bytes[e] > 0.0:
-        return latency_us[src, dst] + edge_bytes[e] / bandwidth[src, dst]
-    return 0.0
+def _earlier_edge_from(u, lo, k, pred_edge, edge_src):
+    """Whether one of the in-edges at positions lo..k-1 comes from op u."""
+    for j in range(lo, k):
+        if edge_src[pred_edge[j]] == u:
+            return True
+    return False
 
 
 @njit(cache=True)
 def _inputs_ready(
     v, d, commit, device, finish, arrival, pred_ptr, pred_edge, edge_src, edge_bytes, edge_fixed_us,
-    latency_us, bandwidth, comm_model, link_free, channel_free, send_free, recv_free, scratch,
+    latency_us, bandwidth, model, free_us, scratch,
 ):
     """When all of v's inputs are on device d; with ``commit`` the transfers are booked.
 
-    Without ``commit`` the channel state is copied to ``scratch`` so transfers of one op queue
-    behind each other exactly as they would when booked."""
-    n_dev = channel_free.shape[0]
-    for s in range(n_dev):
-        if comm_model == 0:
-            scratch[s] = link_free[s, d]
-        elif comm_model == 1:
-            scratch[s] = channel_free[s]
-        else:
-            scratch[s] = send_free[s]
-    receive = recv_free[d]
+    Without ``commit`` they are booked on ``scratch``, a copy of the channel state, so transfers of
+    one op queue behind each other exactly as they would when booked. A producer joined to v by
+    several edges sends its tensor once, for as long as the longest of them (as the simulator)."""
+    n_dev = free_us.shape[1]
+    channels = free_us
+    if not commit:
+        scratch[:, :] = free_us
+        channels = scratch
+    lo, hi = pred_ptr[v], pred_ptr[v + 1]
     ready = 0.0
-    for k in range(pred_ptr[v], pred_ptr[v + 1]):
+    for k in range(lo, hi):
         e = pred_edge[k]
         u = edge_src[e]
         du = device[u]
@@ -111,36 +108,21 @@ def _inputs_ready(
             t = finish[u]
         elif arrival[u * n_dev + d] >= 0.0:
             t = arrival[u * n_dev + d]
+        elif _earlier_edge_from(u, lo, k, pred_edge, edge_src):
+            continue  # its transfer is booked and counted in ready already
         else:
-            duration = _transfer_us(e, du, d, edge_bytes, edge_fixed_us, latency_us, bandwidth)
-            if duration == 0.0:
-                t = finish[u]
-            else:
-                if comm_model == 0:
-                    begin = max(finish[u], scratch[du])
-                    scratch[du] = begin + duration
-                elif comm_model == 1:
-                    begin = max(finish[u], scratch[du], scratch[d])
-                    scratch[du] = begin + duration
-                    scratch[d] = begin + duration
-                else:
-                    begin = max(finish[u], scratch[du], receive)
-                    scratch[du] = begin + duration
-                    receive = begin + duration
-                t = begin + duration
-                if commit:
-                    arrival[u * n_dev + d] = t
+            duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, d], bandwidth[du, d])
+            for j in range(k + 1, hi):
+                f = pred_edge[j]
+                if edge_src[f] == u:
+                    longer, longer_delay = transfer_us(edge_bytes[f], edge_fixed_us[f], latency_us[du, d], bandwidth[du, d])
+                    if longer > duration:
+                        duration, delay = longer, longer_delay
+            t = book(model, channels, du, d, finish[u], duration, delay) + duration
+            if commit and duration > 0.0:
+                arrival[u * n_dev + d] = t
         if t > ready:
             ready = t
-    if commit:
-        for s in range(n_dev):
-            if comm_model == 0:
-                link_free[s, d] = scratch[s]
-            elif comm_model == 1:
-                channel_free[s] = scratch[s]
-            else:
-                send_free[s] = scratch[s]
-        recv_free[d] = receive
     return ready
 
 
@@ -148,7 +130,7 @@ def _inputs_ready(
 def schedule(
     time_us, op_gap_us, level, favorite, use_favorites, group, group_ptr, group_members,
     succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, edge_bytes, edge_fixed_us,
-    latency_us, bandwidth, comm_model,
+    latency_us, bandwidth, model,
     device, reserved, temp_max, capacity, copy_counted, static_bytes, output_bytes, temp_bytes, moves,
 ):
     """The list scheduler. Returns (status, start, finish, order, stuck op); status 1 = out of memory."""
@@ -161,12 +143,9 @@ def schedule(
     stamp = np.zeros(n * n_dev, np.int64)
     tick = 0
     delta = np.zeros(n_dev)
-    scratch = np.zeros(n_dev)
+    free_us = channel_state(n_dev)
+    scratch = channel_state(n_dev)
     device_free = np.zeros(n_dev)
-    link_free = np.zeros((n_dev, n_dev))
-    channel_free = np.zeros(n_dev)
-    send_free = np.zeros(n_dev)
-    recv_free = np.zeros(n_dev)
     kept_for = np.full(n_dev, -1, np.int64)     # m-SCT: the favorite child a device waits for
     scheduled = np.zeros(n, np.bool_)
     waiting = np.zeros(n, np.int64)
@@ -190,20 +169,19 @@ def schedule(
         for relax in range(2):
             for slot in range(n_ready):
                 v = ready_ops[slot]
+                open_est = np.inf     # earliest start on a device open to v (not kept for another child)
                 for d in range(n_dev):
                     allowed[d] = (device[v] < 0 or device[v] == d) and not infeasible[v * n_dev + d]
                     est[d] = max(device_free[d], inputs_at[v * n_dev + d])
+                    if allowed[d] and (kept_for[d] < 0 or kept_for[d] == v) and est[d] < open_est:
+                        open_est = est[d]
                 for d in range(n_dev):
                     if not allowed[d]:
                         continue
                     if use_favorites and relax == 0 and kept_for[d] >= 0 and kept_for[d] != v:
                         # urgent: every other device open to v would start it strictly later
-                        urgent = True
-                        for o in range(n_dev):
-                            if o != d and allowed[o] and (kept_for[o] < 0 or kept_for[o] == v) \
-                                    and est[o] <= est[d]:
-                                urgent = False
-                        if not urgent:
+                        # (d, kept for another child, is not one of them)
+                        if open_est <= est[d]:
                             continue
                     t = est[d]
                     if t < best_t or (t == best_t and (level[v] > best_level or (
@@ -215,8 +193,7 @@ def schedule(
             return 1, start, finish, order, ready_ops[0] if n_ready > 0 else -1
         v, d = best_v, best_d
         exact = _inputs_ready(v, d, False, device, finish, arrival, pred_ptr, pred_edge, edge_src,
-                              edge_bytes, edge_fixed_us, latency_us, bandwidth, comm_model,
-                              link_free, channel_free, send_free, recv_free, scratch)
+                              edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
         if exact > inputs_at[v * n_dev + d]:
             inputs_at[v * n_dev + d] = exact     # channels got busier since: look again
             continue
@@ -235,8 +212,7 @@ def schedule(
                   copy_counted, static_bytes, output_bytes, temp_bytes,
                   succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, moves)
         _inputs_ready(v, d, True, device, finish, arrival, pred_ptr, pred_edge, edge_src,
-                      edge_bytes, edge_fixed_us, latency_us, bandwidth, comm_model,
-                      link_free, channel_free, send_free, recv_free, scratch)
+                      edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
         start[v] = best_t
         finish[v] = best_t + time_us[v, d] + op_gap_us
         device_free[d] = finish[v]
@@ -261,8 +237,7 @@ def schedule(
                 for o in range(n_dev):
                     inputs_at[w * n_dev + o] = _inputs_ready(
                         w, o, False, device, finish, arrival, pred_ptr, pred_edge, edge_src,
-                        edge_bytes, edge_fixed_us, latency_us, bandwidth, comm_model,
-                        link_free, channel_free, send_free, recv_free, scratch)
+                        edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
     return 0, start, finish, order, -1
 
 
@@ -283,7 +258,7 @@ def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None 
         graph.colocation, memory.group_ptr, memory.group_members,
         graph.succ_ptr, graph.succ_edge, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.edge_dst,
         graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
-        cluster.comm_model_code,
+        planning_model(cluster.comm_model_code),
         memory.device, memory.reserved_bytes, memory.temp_max, memory.capacity, memory.copy_counted,
         memory.static_bytes, memory.output_bytes, memory.temp_bytes, memory.moves,
     )

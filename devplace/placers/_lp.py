@@ -25,22 +25,33 @@ from scipy import sparse
 FAVORITE_THRESHOLD = 0.1   # Baechi's code: x <= 0.1 means favorite
 
 
-WINDOW_OPS = 2500   # HiGHS solves this many ops in about a second; a 20k-op LP takes minutes
+# LP columns (ops plus edges that move data) per window. Dual simplex time grows much faster than
+# the LP: on a 20k-op random layered DAG, windows of 3,000 columns (1,000 ops) take 0.5 s CPU in
+# all, windows of 2,500 ops 2.6 s; 5,000 ops take 0.27 s in windows, 1.2 s whole
+# (benchmarks/placement_time.py --msct).
+WINDOW_COLUMNS = 3000
 
 
 def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_limit_s: float = 120.0,
-                      window_ops: int = WINDOW_OPS):
-    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is 1 where HiGHS failed.
+                      window_ops: int | None = None):
+    """Solve the LP; returns (x per edge, s per op, w, status). ``x`` is 1 where HiGHS failed, and
+    ``w`` is None if it failed on any window (there is then no makespan to report, and a NaN would
+    make the placement file invalid JSON).
 
-    A graph larger than ``window_ops`` is cut along its topological order into windows solved one
-    by one: an edge between two windows is never a favorite (x = 1), ``s`` is per window and ``w``
-    is the largest window's makespan. Solver time then grows linearly with the graph."""
+    An LP of more than ``WINDOW_COLUMNS`` columns (ops plus edges with a transfer time; edges that
+    cost nothing get no column) is cut along the topological order into windows of equal op counts
+    (or of ``window_ops`` ops if given), solved one by one: an edge between two windows is never a
+    favorite (x = 1), ``s`` is per window and ``w`` is the largest window's makespan. Solver time
+    then grows linearly with the graph; a smaller LP is solved whole, to its exact optimum."""
     n, m = graph.n_ops, graph.n_edges
     x = np.ones(m)
     s = np.zeros(n)
     if m == 0:
         return x, s, float(time_us.max(initial=0.0)), "no edges"
-    n_windows = max(1, -(-n // window_ops))
+    if window_ops is None:
+        n_windows = max(1, -(-(n + int((edge_us > 0).sum())) // WINDOW_COLUMNS))
+    else:
+        n_windows = max(1, -(-n // window_ops))
     window = np.empty(n, dtype=np.int64)
     window[graph.topo_order] = np.arange(n) * n_windows // n
     bounds = np.searchsorted(window[graph.topo_order], np.arange(n_windows + 1))
@@ -64,7 +75,7 @@ def solve_favorite_lp(graph, time_us: np.ndarray, edge_us: np.ndarray, *, time_l
     status = "optimal" if not failed else f"HiGHS failed on {failed} of {n_windows} windows"
     if n_windows > 1:
         status += f" ({n_windows} windows)"
-    return x, s, makespan if not failed else float("nan"), status
+    return x, s, makespan if not failed else None, status
 
 
 def _solve(n, src, dst, time_us, edge_us, time_limit_s):

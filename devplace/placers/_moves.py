@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from devplace.placers._listsched import bottom_levels
+from devplace.sim.channels import placed_edge_us
 
 
 @dataclass(eq=False)
@@ -58,18 +59,11 @@ class Units:
 
 
 def edge_transfer_us(graph, cluster, devices: np.ndarray) -> np.ndarray:
-    """Per edge, its transfer time under ``devices`` on an idle link (0 inside a device)."""
-    src, dst = devices[graph.edge_src], devices[graph.edge_dst]
-    cross = src != dst
-    cost = np.zeros(graph.n_edges)
-    if not cross.any():
-        return cost
-    s, d = src[cross], dst[cross]
-    nbytes = graph.edge_bytes[cross]
-    linked = cluster.message_latency_us[s, d] + nbytes / cluster.bandwidth_bytes_per_us[s, d]
-    fixed = graph.edge_fixed_us[cross]
-    cost[cross] = np.where(np.isnan(fixed), np.where(nbytes > 0, linked, 0.0), fixed)
-    return cost
+    """Per edge, its transfer time under ``devices`` on an idle link, message overheads included
+    (0 inside a device)."""
+    devices = np.asarray(devices, dtype=np.int64)
+    return placed_edge_us(devices[graph.edge_src], devices[graph.edge_dst], graph.edge_bytes, graph.edge_fixed_us,
+                          cluster.message_latency_us, cluster.bandwidth_bytes_per_us)
 
 
 def upward_rank_us(graph, cluster, devices: np.ndarray, op_time_us: np.ndarray) -> np.ndarray:

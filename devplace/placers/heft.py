@@ -38,6 +38,7 @@ from devplace.placement import Placement
 from devplace.placers import register
 from devplace.placers.options import option
 from devplace.placers._listsched import mean_edge_us
+from devplace.sim.channels import book, channel_state, planning_model, transfer_us
 
 
 def upward_rank(graph, op_time_us: np.ndarray, edge_cost_us: np.ndarray) -> np.ndarray:
@@ -64,49 +65,30 @@ def _earliest_slot(starts: list, ends: list, ready: float, duration: float) -> f
 
 
 class _Links:
-    """Transfers as the simulator makes them: one copy of a tensor per device, queued on channels.
+    """Transfers as the simulator makes them: one copy of a tensor per device, costed and queued by
+    ``devplace.sim.channels``.
 
-    With ``contention`` the channels of the cluster's model (parallel: per device pair; sequential:
-    one per device, both ends; duplex: send and receive per device) are booked first come, first
-    served; without it every transfer starts when its producer finishes (classic HEFT)."""
+    With ``contention`` the channels of the cluster's model are booked first come, first served
+    (``pipelined`` planned as ``duplex``, as the list scheduler does); without it every transfer
+    starts when its producer finishes (classic HEFT). A plan books on a copy of the channel state;
+    committing it keeps that copy."""
 
     def __init__(self, graph, cluster, contention: bool):
-        self.graph, self.cluster, self.contention = graph, cluster, contention
-        d = cluster.n_devices
-        self.pair_free = np.zeros((d, d))
-        self.send_free = np.zeros(d)
-        self.recv_free = np.zeros(d)
+        self.graph, self.contention = graph, contention
+        self.model = planning_model(cluster.comm_model_code)
+        self.latency_us = cluster.message_latency_us
+        self.bandwidth = cluster.bandwidth_bytes_per_us
+        self.free_us = channel_state(cluster.n_devices)
         self.arrived: dict[tuple[int, int], float] = {}
 
-    def _duration(self, edges, src: int, dst: int) -> float:
-        g = self.graph
-        longest = 0.0
-        for e in edges:
-            if g.edge_fixed_us[e] == g.edge_fixed_us[e]:
-                longest = max(longest, g.edge_fixed_us[e])
-            elif g.edge_bytes[e] > 0:
-                longest = max(longest, self.cluster.transfer_us(src, dst, g.edge_bytes[e]))
-        return longest
-
-    def _free(self, src: int, dst: int, send, recv, pair) -> float:
-        model = self.cluster.comm_model
-        if not self.contention:
-            return 0.0
-        if model == "parallel":
-            return pair.get((src, dst), self.pair_free[src, dst])
-        if model == "sequential":
-            return max(send.get(src, self.send_free[src]), send.get(dst, self.send_free[dst]))
-        return max(send.get(src, self.send_free[src]), recv.get(dst, self.recv_free[dst]))
-
-    def arrivals(self, v: int, k: int, device, finish) -> tuple[float, list]:
+    def arrivals(self, v: int, k: int, device, finish) -> tuple[float, tuple]:
         """When all of ``v``'s inputs would be on device ``k``, and the transfers that needs."""
         g = self.graph
-        in_edges = g.in_edges(v)
         by_producer: dict[int, list[int]] = {}
-        for e in in_edges.tolist():
+        for e in g.in_edges(v).tolist():
             by_producer.setdefault(int(g.edge_src[e]), []).append(e)
         ready, planned = 0.0, []
-        send, recv, pair = {}, {}, {}
+        free_us = self.free_us.copy() if self.contention else self.free_us
         for p in sorted(by_producer, key=lambda q: finish[q]):
             src = int(device[p])
             if src == k:
@@ -114,34 +96,20 @@ class _Links:
             elif (p, k) in self.arrived:
                 arrive = self.arrived[(p, k)]
             else:
-                duration = self._duration(by_producer[p], src, k)
-                begin = max(finish[p], self._free(src, k, send, recv, pair)) if duration > 0 else finish[p]
+                duration, delay = max(transfer_us(g.edge_bytes[e], g.edge_fixed_us[e], self.latency_us[src, k],
+                                                  self.bandwidth[src, k]) for e in by_producer[p])
+                begin = book(self.model, free_us, src, k, finish[p], duration, delay) if self.contention else finish[p]
                 arrive = begin + duration
-                if duration > 0:
-                    pair[(src, k)] = arrive
-                    if self.cluster.comm_model == "sequential":
-                        send[src] = send[k] = arrive
-                    else:
-                        send[src], recv[k] = arrive, arrive
-                planned.append((p, arrive))
+                if duration > 0.0:  # nothing was sent: a later consumer with bytes to receive sends them
+                    planned.append((p, arrive))
             ready = max(ready, arrive)
-        return ready, (planned, pair, send, recv)
+        return ready, (planned, free_us)
 
     def commit(self, k: int, plan) -> None:
         """Book the transfers ``arrivals`` planned for the device ``k`` that was chosen."""
-        planned, pair, send, recv = plan
+        planned, self.free_us = plan
         for p, arrive in planned:
             self.arrived[(p, k)] = arrive
-        if self.contention:
-            for (a, b), t in pair.items():
-                self.pair_free[a, b] = t
-            model = self.cluster.comm_model
-            for dev, t in send.items():
-                self.send_free[dev] = t
-                if model == "sequential":
-                    self.recv_free[dev] = t
-            for dev, t in recv.items():
-                self.recv_free[dev] = t
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ import numpy as np
 
 from devplace.errors import OutOfMemoryError
 from devplace.placers import NO_OPTIONS, register
-from devplace.sim import simulator_for
+from devplace.sim import Simulator
 
 
 @register("single", "all ops on the fastest single device that fits in memory")
 def place(graph, cluster, *, seed: int = 0, options=NO_OPTIONS) -> np.ndarray:
-    sim = simulator_for(graph, cluster)
+    sim = Simulator(graph, cluster)
     best_device, best_time = None, np.inf
     needs = []
     for d in range(cluster.n_devices):

@@ -1,4 +1,4 @@
-"""Everything ``devplace compare --out DIR`` writes, linked from one report.html that opens from disk."""
+"""Everything ``devplace compare --output DIR`` writes, linked from one report.html that opens from disk."""
 
 from __future__ import annotations
 

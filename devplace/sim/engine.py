@@ -13,14 +13,10 @@ Semantics (docs/simulator.md says the same for users):
   of the receiver's transport that takes in everything that has arrived: owed ones are paid once
   (the largest), and a message arriving while the device pays one costs nothing more.
 - When op u finishes, its output is sent once to every other device that holds a consumer of u. The
-  transfer time is the largest over those edges of (fixed_us if the edge has one, else latency +
-  bytes / bandwidth); a zero-byte edge without a fixed time is a pure ordering edge and costs nothing.
-  Transfers are queued first-come first-served on the channels of the communication model:
-  parallel (one per ordered device pair), sequential (one per device, held at both ends), duplex
-  (one send channel per device and one receive channel per device) or pipelined (one per ordered
-  device pair, held only for bytes / bandwidth: the latency is a delay that overlaps the next
-  messages, as a transport with many messages in flight; the transfer still ends latency + bytes /
-  bandwidth after it began; an edge's fixed_us holds the channel whole).
+  transfer time is the largest over those edges of ``channels.transfer_us`` (fixed_us if the edge
+  has one, else latency + bytes / bandwidth; a zero-byte edge is a pure ordering edge and costs
+  nothing). Transfers are booked first-come first-served on the channels of the communication
+  model by ``channels.book`` (parallel, sequential, duplex or pipelined: see that module).
 - Memory per device: persistent bytes from time 0; an op's output from its start until its last
   consumer on that device and its outgoing transfers have finished; a received copy from the start of
   its transfer until its last consumer there has finished; temporaries while the op runs. At equal
@@ -35,15 +31,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from devplace.sim.channels import book, channel_state, transfer_us
+
 EVENT_FINISH = 0
 EVENT_ARRIVE = 1
 EVENT_RECEIVED = 2  # a transfer reached its device: the receiver owes its overhead
 EVENT_FREE = 3      # a device has paid what it owed
-
-COMM_PARALLEL = 0
-COMM_SEQUENTIAL = 1
-COMM_DUPLEX = 2
-COMM_PIPELINED = 3
 
 
 @njit(cache=True, inline="always")
@@ -151,10 +144,7 @@ def simulate_schedule(
     xfer_end = np.empty(n_edges)
     xfer_bytes = np.empty(n_edges)
     n_xfer = 0
-    link_free = np.zeros((n_dev, n_dev))       # parallel, pipelined
-    channel_free = np.zeros(n_dev)             # sequential
-    send_free = np.zeros(n_dev)                # duplex
-    recv_free = np.zeros(n_dev)
+    free_us = channel_state(n_dev)
     dest_duration = np.full(n_dev, -1.0)
     dest_delay = np.zeros(n_dev)
     dest_bytes = np.zeros(n_dev)
@@ -224,14 +214,8 @@ def simulate_schedule(
                 dv = devices[edge_dst[e]]
                 if dv == du:
                     continue
-                delay = 0.0  # the part of the duration that does not hold a pipelined channel
-                if edge_fixed_us[e] == edge_fixed_us[e]:  # not NaN
-                    duration = edge_fixed_us[e]
-                elif edge_bytes[e] > 0.0:
-                    delay = latency_us[du, dv]
-                    duration = delay + edge_bytes[e] / bandwidth_bytes_per_us[du, dv]
-                else:
-                    duration = 0.0
+                duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, dv],
+                                              bandwidth_bytes_per_us[du, dv])
                 if duration > dest_duration[dv]:
                     dest_duration[dv] = duration
                     dest_delay[dv] = delay
@@ -244,20 +228,7 @@ def simulate_schedule(
                 if duration == 0.0:
                     dest_arrival[dv] = now
                 else:
-                    if comm_model == COMM_PARALLEL:
-                        begin = max(now, link_free[du, dv])
-                        link_free[du, dv] = begin + duration
-                    elif comm_model == COMM_PIPELINED:
-                        begin = max(now, link_free[du, dv])
-                        link_free[du, dv] = begin + (duration - dest_delay[dv])  # held for the bytes only
-                    elif comm_model == COMM_SEQUENTIAL:
-                        begin = max(now, channel_free[du], channel_free[dv])
-                        channel_free[du] = begin + duration
-                        channel_free[dv] = begin + duration
-                    else:
-                        begin = max(now, send_free[du], recv_free[dv])
-                        send_free[du] = begin + duration
-                        recv_free[dv] = begin + duration
+                    begin = book(comm_model, free_us, du, dv, now, duration, dest_delay[dv])
                     dest_arrival[dv] = begin + duration
                     xfer_op[n_xfer] = u
                     xfer_src[n_xfer] = du

@@ -11,6 +11,15 @@ from devplace.cluster import Cluster
 from devplace.graph import OpGraph
 
 
+MEMORY_ROUNDING = 1e-9   # relative: sums of the same bytes in another order differ in the last bits
+
+
+def usable_memory_bytes(cluster) -> np.ndarray:
+    """Each device's memory plus float rounding: a placer that fills a device exactly (its sum
+    taken in another order) must not be called out of memory by the simulator's sum."""
+    return cluster.memory_bytes * (1.0 + MEMORY_ROUNDING)
+
+
 @dataclass(eq=False)
 class SimResult:
     graph: OpGraph
@@ -55,7 +64,8 @@ class SimResult:
 
     @cached_property
     def oom_devices(self) -> list[int]:
-        return [int(d) for d in np.flatnonzero(self.peak_memory_bytes > self.cluster.memory_bytes)]
+        """Devices whose peak exceeds their memory by more than float rounding (``usable_memory_bytes``)."""
+        return [int(d) for d in np.flatnonzero(self.peak_memory_bytes > usable_memory_bytes(self.cluster))]
 
     @property
     def fits(self) -> bool:

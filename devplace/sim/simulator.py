@@ -17,23 +17,23 @@ import weakref
 import numpy as np
 
 from devplace.cluster import Cluster
+from devplace.costing import costed_for
 from devplace.graph import OpGraph
 from devplace.placement import Placement, as_placement
 from devplace.sim import engine
-from devplace.sim.result import SimResult
+from devplace.sim.result import SimResult, usable_memory_bytes
 
 
 class Simulator:
-    """A graph bound to a cluster; ``run`` simulates one placement."""
+    """A graph bound to a cluster; ``run`` simulates one placement.
+
+    Cheap to make again for the same graph and cluster: the per-pair arrays come from a small cache
+    that holds neither (``_prepared``), so a Simulator never keeps a dropped graph alive."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster):
-        self.graph = graph
+        self.graph = graph = costed_for(graph, cluster)  # times for this cluster's devices
         self.cluster = cluster
-        kind_columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
-        self.op_time_us = np.ascontiguousarray(graph.compute_us[:, kind_columns])
-        self.in_degree = np.diff(graph.pred_ptr).astype(np.int64)
-        self.default_priority = graph.topo_rank.astype(np.float64)
-        self.capacity = cluster.memory_bytes
+        self.op_time_us, self.in_degree, self.default_priority, self.capacity = _prepared(graph, cluster)
 
     def _schedule(self, devices: np.ndarray, priority: np.ndarray | None):
         g, c = self.graph, self.cluster
@@ -47,27 +47,32 @@ class Simulator:
     def step_time_us(self, devices: np.ndarray, priority: np.ndarray | None = None) -> float:
         """Step time only, for search loops: no memory accounting, no SimResult.
 
-        The check costs about a microsecond: a bad index would make the compiled loop read out of
-        bounds, so it is never skipped."""
+        The checks are those of ``run`` and cost a few microseconds: a bad index would make the
+        compiled loop read out of bounds, a NaN priority would order the ops arbitrarily, so they are
+        never skipped."""
         n = self.graph.n_ops
-        if not (type(devices) is np.ndarray and devices.dtype == np.int64 and devices.shape == (n,)
-                and engine.devices_in_range(devices, self.cluster.n_devices)):
-            devices = self._checked(devices)
-        if priority is not None and not (type(priority) is np.ndarray and priority.dtype == np.float64
-                                         and priority.shape == (n,)):
-            priority = Placement(devices=devices, priority=priority).priority
+        valid = (type(devices) is np.ndarray and devices.dtype == np.int64 and devices.shape == (n,)
+                 and engine.devices_in_range(devices, self.cluster.n_devices))
+        if priority is not None:
+            valid = (valid and type(priority) is np.ndarray and priority.dtype == np.float64
+                     and priority.shape == (n,) and bool(np.isfinite(priority).all()))
+        if not valid:
+            placement = self._checked(devices, priority)
+            devices, priority = placement.devices, placement.priority
         finish = self._schedule(devices, priority)[1]
         return float(finish.max()) if len(finish) else 0.0
 
-    def _checked(self, devices) -> np.ndarray:
-        placement = as_placement(devices, self.graph)
+    def _checked(self, placement, priority: np.ndarray | None = None) -> Placement:
+        """``placement`` (with ``priority`` instead of its own, if given), refused unless it fits."""
+        placement = as_placement(placement, self.graph)
+        if priority is not None:
+            placement = Placement(devices=placement.devices, priority=priority)
         placement.check(self.graph, self.cluster)
-        return placement.devices
+        return placement
 
     def run(self, placement) -> SimResult:
         g, c = self.graph, self.cluster
-        placement = as_placement(placement, g)
-        placement.check(g, c)
+        placement = self._checked(placement)
         devices = placement.devices
         (start, finish, ready, cause, previous, xfer_op, xfer_src, xfer_dst,
          xfer_start, xfer_end, xfer_bytes) = self._schedule(devices, placement.priority)
@@ -87,19 +92,47 @@ class Simulator:
         )
 
 
-_cache: "weakref.WeakKeyDictionary[OpGraph, dict[int, Simulator]]" = weakref.WeakKeyDictionary()
+CACHE_PAIRS = 8  # (graph, cluster) pairs whose arrays are kept: a search uses one, compare a few
 
 
-def simulator_for(graph: OpGraph, cluster: Cluster) -> Simulator:
-    """A cached Simulator for this graph and cluster (kept while both live)."""
-    per_graph = _cache.setdefault(graph, {})
-    sim = per_graph.get(id(cluster))
-    if sim is None or sim.cluster is not cluster:
-        sim = Simulator(graph, cluster)
-        per_graph[id(cluster)] = sim
-    return sim
+# (id(graph), id(cluster)) -> (weak ref to the graph, weak ref to the cluster, prepared arrays); in
+# least recently used order. Weak refs, so that the cache never keeps a graph or cluster alive, and
+# the entry goes when either dies.
+_cache: dict[tuple[int, int], tuple[weakref.ref, weakref.ref, tuple]] = {}
+
+
+def _prepared(graph: OpGraph, cluster: Cluster) -> tuple:
+    """(op_time_us, in_degree, default_priority, capacity) for the pair: computed once per pair
+    while both live (neither can change: both are frozen), for at most ``CACHE_PAIRS`` pairs."""
+    key = (id(graph), id(cluster))
+    entry = _cache.pop(key, None)
+    if entry is None or entry[0]() is not graph or entry[1]() is not cluster:
+        kind_columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
+        arrays = (
+            np.ascontiguousarray(graph.compute_us[:, kind_columns]),
+            np.diff(graph.pred_ptr).astype(np.int64),
+            graph.topo_rank.astype(np.float64),  # writeable as callers' priorities are: one compiled engine
+            usable_memory_bytes(cluster),
+        )
+        for shared in (arrays[0], arrays[1], arrays[3]):
+            shared.flags.writeable = False
+
+        def forget(_dead, key=key):
+            stale = _cache.get(key)
+            if stale is not None and (stale[0]() is None or stale[1]() is None):
+                del _cache[key]
+
+        entry = (weakref.ref(graph, forget), weakref.ref(cluster, forget), arrays)
+    _cache[key] = entry  # (re)inserted last: the most recently used
+    while len(_cache) > CACHE_PAIRS:
+        del _cache[next(iter(_cache))]
+    return entry[2]
 
 
 def simulate(graph: OpGraph, cluster: Cluster, placement: "Placement | np.ndarray | list[int]") -> SimResult:
-    """Simulate one training step of ``graph`` on ``cluster`` under ``placement``."""
-    return simulator_for(graph, cluster).run(placement)
+    """Simulate one training step of ``graph`` on ``cluster`` under ``placement``; a placement that
+    splits a colocation group is simulated with a ``ColocationWarning``."""
+    placement = as_placement(placement, graph)
+    result = Simulator(graph, cluster).run(placement)
+    placement.warn_if_colocation_split(graph)
+    return result

@@ -1,9 +1,8 @@
-"""Cost models: the time of each graph op on each device kind.
+"""Measured costs: the time of each graph op on the local device.
 
-- ``roofline_us``: from FLOPs and bytes moved and a device's peak figures, so a graph can be costed
-  for hardware one does not have (place for 8 x H100 from a laptop).
-- ``measured_us``: runs the traced step on real tensors, whole and in order, several times and
-  takes each ATen op's median time on the local device.
+``measured_us`` runs the traced step on real tensors, whole and in order, several times and takes
+each ATen op's median time. (The roofline model, which runs nothing, is ``devplace.costing``: it
+needs no torch, so a graph can be re-costed for another cluster without it.)
 """
 
 from __future__ import annotations
@@ -14,37 +13,26 @@ import time
 import numpy as np
 import torch
 
-from devplace.cluster import Cluster
 from devplace.errors import CaptureError
-
-# Roofline defaults: achieved fraction of peak, and the fixed cost of launching one kernel.
-EFFICIENCY = 0.6
-LAUNCH_US = {"gpu": 5.0, "cpu": 1.0}
-DEFAULT_LAUNCH_US = 5.0
-
-
-def roofline_us(
-    flops: np.ndarray, bytes_moved: np.ndarray, has_kernel: np.ndarray, cluster: Cluster,
-    *, efficiency: float = EFFICIENCY, launch_us: dict[str, float] | None = None,
-) -> dict[str, np.ndarray]:
-    """One time column per device kind of ``cluster``: max(compute, memory) / efficiency + launch."""
-    launch = {**LAUNCH_US, **(launch_us or {})}
-    columns: dict[str, np.ndarray] = {}
-    for dev in cluster.devices:
-        if dev.kind in columns:
-            continue
-        if not (dev.peak_flops > 0 and dev.memory_bandwidth_bytes_per_s > 0):
-            raise CaptureError(
-                f"device {dev.name!r} of cluster {cluster.name!r} has no peak_tflops or memory_bandwidth_gbps: "
-                f"the roofline cost model needs both (add them to the cluster file, or use cost='measured')"
-            )
-        seconds = np.maximum(flops / dev.peak_flops, bytes_moved / dev.memory_bandwidth_bytes_per_s) / efficiency
-        columns[dev.kind] = np.where(has_kernel, seconds * 1e6 + launch.get(dev.kind, DEFAULT_LAUNCH_US), 0.0)
-    return columns
+from devplace.progress import SILENT, current
 
 
 def local_device_kind() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def local_device_model() -> str:
+    """The name of the device measured times hold for (recorded in the graph's ``costed_for``)."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            name = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        name = ""
+    return f"this machine's CPU ({name or platform.processor() or platform.machine()})"
 
 
 CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
@@ -69,20 +57,21 @@ def measured_us(gm: torch.fx.GraphModule, real_args: list, op_names: list[str], 
         raise CaptureError(f"unknown clock {clock!r}: use one of {', '.join(CLOCKS)}")
     timer = _ReplayTimer(gm, CLOCKS[clock])
     samples: dict[str, list[float]] = {}
-    bar = _progress(warmup + repeats) if progress else None
+    reporter = current() if progress else SILENT   # the caller's progress hook (silent unless installed)
+    reporter.begin("timing ops", total=warmup + repeats)
     try:
         for k in range(warmup + repeats):
             args = [a.clone() if isinstance(a, torch.Tensor) else a for a in real_args]
-            with torch.no_grad():
+            # grad mode on, as in the step traced: the CPU LSTM kernel keeps the workspace its
+            # backward reads only then (the values require no grad, so no autograd graph is built)
+            with torch.enable_grad():
                 timer.run(*args)
             if k >= warmup:
                 for name, us in timer.times_us.items():
                     samples.setdefault(name, []).append(us)
-            if bar is not None:
-                bar.advance()
+            reporter.update(k + 1)
     finally:
-        if bar is not None:
-            bar.close()
+        reporter.end()
     return np.array([statistics.median(samples[name]) if name in samples else 0.0 for name in op_names])
 
 
@@ -129,26 +118,3 @@ class _ReplayTimer(torch.fx.Interpreter):
     def _free(self, n) -> None:
         for value in self.dying.get(n, ()):
             self.env.pop(value, None)
-
-
-class _progress:
-    """A rich progress bar on stderr, silent when stderr is not a terminal."""
-
-    def __init__(self, total: int):
-        import sys
-
-        self.progress = None
-        if sys.stderr.isatty():
-            from rich.progress import Progress
-
-            self.progress = Progress(transient=True)
-            self.progress.start()
-            self.task = self.progress.add_task("timing ops", total=total)
-
-    def advance(self) -> None:
-        if self.progress is not None:
-            self.progress.advance(self.task)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()

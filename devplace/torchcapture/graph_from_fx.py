@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from devplace.torchcapture.flops import node_bytes, node_flops, op_name
+from devplace.torchcapture.flops import GPU_KERNELS, HOST_OPS, node_bytes, node_dtype, node_flops, op_name
 from devplace.torchcapture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
 from devplace.torchcapture.trace import TracedStep, _phase, mirror_of, scope_of
 from devplace.graph import GraphBuilder, OpGraph, Role
@@ -44,7 +44,8 @@ class OpStats:
     flops: np.ndarray
     bytes_read: np.ndarray
     bytes_written: np.ndarray
-    has_kernel: np.ndarray  # False for placeholders and pure aliasing ops (views)
+    launches: np.ndarray  # kernel launches: 0 for placeholders and views, a piece's share for split updates
+    dtypes: list[str]  # the dtype an op computes in ("float32", "bfloat16", ...; "" without a kernel)
     estimated: list[str]  # op kinds whose FLOPs are shape estimates
 
     @property
@@ -57,7 +58,8 @@ def op_stats(traced: TracedStep) -> OpStats:
     nodes = [n for n in traced.gm.graph.nodes if is_op_node(n)]
     n = len(nodes)
     flops, read, written = np.zeros(n), np.zeros(n), np.zeros(n)
-    kernel = np.zeros(n, dtype=bool)
+    launches = np.zeros(n)
+    dtypes = [""] * n
     estimated: set[str] = set()
     for i, node in enumerate(nodes):
         if node.op == "placeholder":
@@ -66,16 +68,19 @@ def op_stats(traced: TracedStep) -> OpStats:
         aliasing = bool(outputs) and storages.new_bytes[node.name] == 0 and not mutated_args(node)
         if aliasing:
             continue
-        kernel[i] = True
+        launches[i] = 0.0 if op_name(node.target) in HOST_OPS else (node.meta.get("custom") or {}).get("launches", 1.0)
         flops[i], guessed = node_flops(node)
         if guessed:
             estimated.add(op_name(node.target))
         read[i], written[i] = node_bytes(node)
-    return OpStats(nodes, flops, read, written, kernel, sorted(estimated))
+        dtypes[i] = node_dtype(node)
+    return OpStats(nodes, flops, read, written, launches, dtypes, sorted(estimated))
 
 
-def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict) -> OpGraph:
-    """The OpGraph of the traced step with ``compute_us[kind][i]`` for op ``stats.nodes[i]``."""
+def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict,
+                *, gpu_kernels: bool = False) -> OpGraph:
+    """The OpGraph of the traced step with ``compute_us[kind][i]`` for op ``stats.nodes[i]``;
+    ``gpu_kernels``: name CPU-only kernels after the op a GPU runs (``GPU_KERNELS``)."""
     gm = traced.gm
     storages = storage_map(gm)
     groups = _colocation(traced, storages)
@@ -97,8 +102,9 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
             continue
         role = {"forward": Role.FORWARD, "backward": Role.BACKWARD, "update": Role.UPDATE}.get(_phase(node), Role.OTHER)
         mirror = mirrors.get(node.name) if role == Role.BACKWARD else None
+        kind = op_name(node.target)
         builder.add_op(
-            node.name, compute_us=times, kind=op_name(node.target),
+            node.name, compute_us=times, kind=GPU_KERNELS.get(kind, kind) if gpu_kernels else kind,
             output_bytes=float(storages.new_bytes[node.name]), colocation=groups.get(node.name),
             role=role, mirror=mirror if mirror in is_op else None,
         )
@@ -111,6 +117,7 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
             edges[(src, dst)] = max(edges.get((src, dst), 0.0), nbytes)
 
     producers = _producer_resolver(is_op)
+    last_writer: dict[int, str] = {}  # storage key -> the op that last wrote it in place
     for node in stats.nodes:
         if node.op == "placeholder":
             continue
@@ -124,10 +131,13 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
             owner = storages.owner.get(key)
             if owner is not None and owner in is_op:
                 add(owner, node.name, 0.0)
+            if key in last_writer:  # an in-place op returning nothing (multi-tensor) has no data edge
+                add(last_writer[key], node.name, 0.0)
         for target in mutated_args(node):
             for t in tensors_in(target.meta.get("val")):
                 for reader in readers.get(storage_key(t), []):
                     add(reader, node.name, 0.0)
+                last_writer[storage_key(t)] = node.name
         for key in read_keys:
             readers.setdefault(key, []).append(node.name)
     for (src, dst), nbytes in edges.items():

@@ -73,8 +73,8 @@ def mutated_args(node: torch.fx.Node) -> list[torch.fx.Node]:
     for i, arg in enumerate(schema.arguments):
         if arg.alias_info is not None and arg.alias_info.is_write:
             value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-            if isinstance(value, torch.fx.Node):
-                out.append(value)
+            values = value if isinstance(value, (list, tuple)) else [value]  # multi-tensor ops write lists
+            out += [v for v in values if isinstance(v, torch.fx.Node)]
     written, flag = UNDECLARED_WRITES.get(schema.name.partition("::")[2], ((), None))
     if written and len(node.args) > flag and node.args[flag] is True:
         out += [node.args[i] for i in written if isinstance(node.args[i], torch.fx.Node)]

@@ -2,8 +2,9 @@
 
 ``trace_step`` runs ``make_fx`` in fake mode over a function that calls the model through
 ``torch.func.functional_call``, takes ``torch.autograd.grad`` of the loss and steps a
-``torch.optim`` optimizer per parameter. No real activation is allocated. The placeholders are, in
-order: parameters, buffers, optimizer state, inputs; ``TracedStep`` says which is which, so the
+``torch.optim`` optimizer as PyTorch runs it (``UPDATES``: multi-tensor, fused or per parameter).
+No real activation is allocated. The placeholders are, in order: parameters, buffers, optimizer
+state, inputs; ``TracedStep`` says which is which, so the
 same ``gm`` can be run again on real tensors (``real_args``) by the measured cost model or an executor.
 
 Every node carries ``meta["custom"]["phase"]`` (forward/backward/update) and, for update ops, the
@@ -16,6 +17,7 @@ forward node carries the ``seq_nr`` of the Node it created (see ``mirror_of``).
 from __future__ import annotations
 
 import contextlib
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -25,6 +27,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from devplace.errors import CaptureError
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "none")
+# How the optimizer step runs: multi-tensor kernels over every parameter (PyTorch's default on GPUs),
+# one fused kernel, or a loop over parameters (``foreach=False``; what eager CPU steps compared with
+# capture use). The multi-tensor and fused ops are split into one op per parameter (``split_updates``).
+UPDATES = ("foreach", "fused", "per-parameter")
 
 
 @dataclass
@@ -39,6 +45,7 @@ class TracedStep:
     optimizer: str
     # fx node name of each parameter's gradient (the values autograd.grad returned)
     grad_nodes: dict[str, str] = field(default_factory=dict)
+    update: str = "per-parameter"
 
     def real_args(self, model: torch.nn.Module, example_inputs, targets=()) -> list:
         """Concrete placeholder values: copies of the weights, zero optimizer state, inputs, targets."""
@@ -61,46 +68,56 @@ def _initial_state(params: list[torch.Tensor], optimizer: str) -> list[torch.Ten
 STATE_NAMES = {"adam": ("step", "exp_avg", "exp_avg_sq"), "adamw": ("step", "exp_avg", "exp_avg_sq")}
 
 
+# Non-tensor values a model may be called with; they are constants of the traced step.
+CONSTANTS = (type(None), bool, int, float)
+INPUT_FORMS = ("a tensor, a tuple of positional inputs or a dict of keyword inputs "
+               "(tensors, or None/int/float/bool constants), e.g. {'input_ids': ids, 'attention_mask': None}")
+
+
 def _flat_inputs(example_inputs) -> tuple[list, callable]:
-    """(tensor list, rebuild) for a tensor, a tuple/list of tensors or a dict of keyword tensors."""
+    """(the tensors, rebuild(tensors) -> (args, kwargs)) for the inputs a model is called with:
+    a tensor, a tuple/list of positional inputs or a dict of keyword inputs. Tensors become graph
+    inputs; constants (None, ints, bools, ...) stay fixed in the traced step."""
     if isinstance(example_inputs, torch.Tensor):
         return [example_inputs], lambda xs: ((xs[0],), {})
     if isinstance(example_inputs, (tuple, list)):
-        items = list(example_inputs)
-        _check_input_types(items, "example_inputs")
-        return items, lambda xs: (tuple(xs), {})
-    if isinstance(example_inputs, dict):
-        keys = list(example_inputs)
-        _check_input_types([example_inputs[k] for k in keys], "example_inputs")
-        return [example_inputs[k] for k in keys], lambda xs: ((), dict(zip(keys, xs)))
-    raise CaptureError(
-        f"example_inputs must be a tensor, a tuple/list of tensors or a dict of tensors, "
-        f"not {type(example_inputs).__name__}"
-    )
+        positional, keyword = list(example_inputs), {}
+    elif isinstance(example_inputs, dict):
+        positional, keyword = [], dict(example_inputs)
+    else:
+        raise CaptureError(f"example_inputs is a {type(example_inputs).__name__}: give {INPUT_FORMS}")
+    for where, value in [*((f"[{i}]", v) for i, v in enumerate(positional)), *((f"[{k!r}]", v) for k, v in keyword.items())]:
+        if not isinstance(value, (torch.Tensor, *CONSTANTS)):
+            raise CaptureError(f"example_inputs{where} is a {type(value).__name__}: give {INPUT_FORMS}")
+    tensors = [v for v in [*positional, *keyword.values()] if isinstance(v, torch.Tensor)]
+
+    def rebuild(xs):
+        supply = iter(xs)
+        fill = lambda v: next(supply) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        return tuple(fill(v) for v in positional), {k: fill(v) for k, v in keyword.items()}
+
+    return tensors, rebuild
 
 
 def _flat_targets(targets) -> list:
     items = [targets] if isinstance(targets, torch.Tensor) else list(targets or ())
-    _check_input_types(items, "targets")
-    return items
-
-
-def _check_input_types(items: list, where: str) -> None:
     for i, x in enumerate(items):
         if not isinstance(x, torch.Tensor):
             raise CaptureError(
-                f"{where}[{i}] is a {type(x).__name__}: every model input must be a torch.Tensor "
-                f"(bind other arguments into the model or loss function)"
+                f"targets[{i}] is a {type(x).__name__}: targets must be tensors "
+                f"(bind other arguments into the loss function)"
             )
+    return items
 
 
-def _make_optimizer(name: str, params: list[torch.Tensor]):
+def _make_optimizer(name: str, params: list[torch.Tensor], update: str = "per-parameter"):
+    form = {"foreach": {"foreach": True}, "fused": {"fused": True}}.get(update, {"foreach": False})
     if name == "adam":
-        return torch.optim.Adam(params, foreach=False)
+        return torch.optim.Adam(params, **form)
     if name == "adamw":
-        return torch.optim.AdamW(params, foreach=False)
+        return torch.optim.AdamW(params, **form)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-2, foreach=False)
+        return torch.optim.SGD(params, lr=1e-2, **form)
     raise CaptureError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
 
 
@@ -150,11 +167,15 @@ def scope_of(node: torch.fx.Node) -> str:
     return next(reversed(stack.values()))[0] if stack else ""
 
 
-def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str = "adam", targets=()) -> TracedStep:
+def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str = "adam", targets=(),
+               update: str = "foreach") -> TracedStep:
     """Trace forward + backward + optimizer update of ``model`` on ``example_inputs`` (fake mode).
 
     The loss is ``loss_fn(model_output, *targets)``; targets become graph inputs like the batch.
+    ``update`` is how the optimizer step runs (``UPDATES``).
     """
+    if update not in UPDATES:
+        raise CaptureError(f"unknown optimizer update {update!r}: use one of {', '.join(UPDATES)}")
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     if optimizer is None:
@@ -202,16 +223,7 @@ def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str =
             grads = torch.autograd.grad(loss, params, allow_unused=True)
         if optimizer != "none":
             with torch.no_grad():
-                for i, (name, p, g) in enumerate(zip(param_names, params, grads)):
-                    if g is None:
-                        continue
-                    opt = _make_optimizer(optimizer, [p])
-                    p.grad = g
-                    if n_state:
-                        opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
-                    with fx_traceback.annotate({"phase": "update", "param": name}):
-                        opt.step()
-                    p.grad = None
+                _step(optimizer, update, param_names, params, grads, state, n_state)
         return loss.detach(), [g for g in grads]
 
     fake_args = [*[p.detach() for _, p in model.named_parameters()],
@@ -233,7 +245,35 @@ def trace_step(model: torch.nn.Module, example_inputs, loss_fn, optimizer: str =
     finally:
         modules.remove()
         model.train(was_training)
-    return _label(gm, param_names, buffer_names, optimizer, n_state, n_in, len(target_list))
+    traced = _label(gm, param_names, buffer_names, optimizer, n_state, n_in, len(target_list))
+    traced.update = update
+    if update != "per-parameter":
+        split_updates(traced)
+    return traced
+
+
+def _step(optimizer: str, update: str, param_names, params, grads, state, n_state: int) -> None:
+    """Trace the optimizer step: per parameter (each op annotated with its parameter), or one
+    multi-tensor/fused step over all parameters with gradients (split per parameter afterwards)."""
+    stepped = [(i, name, p) for i, (name, p, g) in enumerate(zip(param_names, params, grads)) if g is not None]
+    for i, _, p in stepped:
+        p.grad = grads[i]
+
+    def optimizer_for(group):
+        opt = _make_optimizer(optimizer, [p for _, _, p in group], update)
+        for i, _, p in group if n_state else ():
+            opt.state[p] = dict(zip(STATE_NAMES[optimizer], state[i * n_state : (i + 1) * n_state]))
+        return opt
+
+    if update == "per-parameter":
+        for entry in stepped:
+            with fx_traceback.annotate({"phase": "update", "param": entry[1]}):
+                optimizer_for([entry]).step()
+    elif stepped:
+        with fx_traceback.annotate({"phase": "update"}):
+            optimizer_for(stepped).step()
+    for _, _, p in stepped:
+        p.grad = None
 
 
 def _check_loss(loss) -> None:
@@ -318,6 +358,62 @@ def _label(gm, param_names, buffer_names, optimizer, n_state, n_inputs, n_target
     grads = out.args[0][1]
     grad_nodes = {name: g.name for name, g in zip(param_names, grads) if isinstance(g, torch.fx.Node)}
     return TracedStep(gm, param_names, buffer_names, info, optimizer, grad_nodes)
+
+
+def split_updates(traced: TracedStep) -> None:
+    """Replace each multi-tensor (``_foreach_*``) and fused (``_fused_*``) update op by one call per
+    parameter on one-element lists, annotated with its parameter and its share of the kernel launch.
+
+    A multi-tensor kernel updates every parameter of one device at once; which parameters share a
+    device is what placement decides, so the graph holds the per-parameter pieces (each placeable with
+    its parameter) and the cost models charge each piece its elements' share of one launch.
+    """
+    gm = traced.gm
+    owner = {name: owner for name, (kind, owner) in traced.placeholder_info.items() if kind in ("param", "state")}
+    owner |= {grad: param for param, grad in traced.grad_nodes.items()}
+    for node in list(gm.graph.nodes):
+        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+        if _phase(node) != "update" or not name.startswith(("_foreach_", "_fused_")):
+            continue
+        lists = [a for a in node.args if isinstance(a, (list, tuple)) and a]
+        n = len(lists[0]) if lists else 0
+        if n < 2 or any(u.target is not operator.getitem for u in node.users):
+            continue
+        sizes = [_numel(lists[0][j]) for j in range(n)]
+        total = sum(sizes) or 1
+        pieces = []
+        for j in range(n):
+            pick = lambda a: [a[j]] if isinstance(a, (list, tuple)) and len(a) == n else a  # noqa: E731
+            with gm.graph.inserting_before(node):
+                piece = gm.graph.call_function(node.target, tuple(pick(a) for a in node.args),
+                                               {k: pick(v) for k, v in node.kwargs.items()})
+            piece.meta = {**node.meta, "custom": {**node.meta["custom"], "launches": sizes[j] / total}}
+            value = node.meta.get("val")
+            piece.meta["val"] = [value[j]] if isinstance(value, (list, tuple)) else value
+            param = next((owner[x.name] for a in lists for x in [a[j]] if isinstance(x, torch.fx.Node) and x.name in owner), None)
+            if param is not None:
+                piece.meta["custom"]["param"] = param
+                owner[piece.name] = param
+            pieces.append(piece)
+        for user in list(node.users):
+            piece = pieces[user.args[1]]
+            user.args = (piece, 0)
+            if piece.name in owner:
+                owner[user.name] = owner[piece.name]
+        gm.graph.erase_node(node)
+    for node in gm.graph.nodes:  # e.g. reading a step count: the parameter its inputs all belong to
+        custom = node.meta.get("custom") or {}
+        if node.op == "call_function" and custom.get("phase") == "update" and "param" not in custom:
+            params = {owner[x.name] for x in node.all_input_nodes if x.name in owner}
+            if len(params) == 1:
+                node.meta["custom"] = {**custom, "param": params.pop()}
+                owner[node.name] = node.meta["custom"]["param"]
+    gm.recompile()
+
+
+def _numel(x) -> int:
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+    return value.numel() if isinstance(value, torch.Tensor) else 1
 
 
 def mirror_of(gm: torch.fx.GraphModule) -> dict[str, str]:

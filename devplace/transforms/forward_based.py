@@ -23,7 +23,7 @@ the forward pass and make cycles. Colocation groups of the original are kept as 
 >>> b.add_edge("f", "g"); b.add_edge("g", "g_grad"); b.add_edge("g_grad", "f_grad")
 >>> v = forward_view(b.build())
 >>> v.graph.names, v.graph.compute_us[:, 0].tolist(), v.coarse_of.tolist()
-(['f[+1]', 'g[+1]'], [6.0, 9.0], [0, 1, 1, 0])
+(('f[+1]', 'g[+1]'), [6.0, 9.0], [0, 1, 1, 0])
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Figures of a fused op (time, memory, merged edges): see ``devplace.transforms.co
 >>> b.add_edge("a", "b"); b.add_edge("a", "c"); b.add_edge("c", "b")
 >>> f = fuse(b.build(), [0, 0, 1])        # fusing a and b would make the cycle ab -> c -> ab
 >>> f.graph.n_ops, f.graph.colocation_names
-(3, ['fused0'])
+(3, ('fused0',))
 """
 
 from __future__ import annotations

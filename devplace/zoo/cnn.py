@@ -3,7 +3,8 @@ Mars) and ResNet-50 (Hierarchical Planner).
 
 Paper configurations: Inception-V3 on 299x299 images, batch 32 (ColocRL; Baechi also 64), 1000
 classes, with its auxiliary classifier; ResNet-50 on 224x224 images, 1000 classes, batch 64 (the
-Hierarchical Planner does not state its batch in REFERENCE.md; 64 is our choice).
+Hierarchical Planner's step-time table, Mirhoseini et al., ICLR 2018, does not state its batch; 64
+is our choice).
 
 These are our own compact implementations of the published architectures (He et al. 2016;
 Szegedy et al. 2016), laid out like torchvision's (same blocks, channel counts, BN eps) but always

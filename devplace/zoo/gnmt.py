@@ -1,9 +1,10 @@
 """GNMT: the LSTM sequence-to-sequence translation model with attention of Baechi, ColocRL, the
 Hierarchical Planner, Placeto and Mars, unrolled over time steps.
 
-Paper configurations (REFERENCE.md): Baechi's code uses 4 layers, 512 LSTM units, a 30,000-word
-vocabulary, batch 128 and maximum length 40 (the defaults here); Baechi also reports length 50 and
-batch 256; the Hierarchical Planner uses 2, 4 and 8 layers. Set them with ``layers``,
+Paper configurations (the step-time tables of Baechi, Jeon et al., SoCC 2020, and of the
+Hierarchical Planner, Mirhoseini et al., ICLR 2018): Baechi's code uses 4 layers, 512 LSTM units,
+a 30,000-word vocabulary, batch 128 and maximum length 40 (the defaults here); Baechi also reports
+length 50 and batch 256; the Hierarchical Planner uses 2, 4 and 8 layers. Set them with ``layers``,
 ``hidden_units``, ``seq_len``, ``batch``.
 
 Architecture (GNMT, Wu et al. 2016, as in TensorFlow's nmt "gnmt_v2" model the papers ran):

@@ -2,8 +2,8 @@
 
 Follows NASNet-A (Zoph et al. 2018) in its mobile configuration "4 @ 1056": ``cells_per_stage``
 (N) = 4 normal cells per stage, ``filters`` = 44 (so the last stage outputs 6 x 4 x 44 = 1056
-channels), 224x224 images, 1000 classes. Placeto does not state its batch in REFERENCE.md; 32 is our
-choice.
+channels), 224x224 images, 1000 classes. Placeto (Addanki et al., NeurIPS 2019) does not state
+its batch; 32 is our choice.
 
 Structure: a 3x3 stride-2 convolution stem, two reduction cells as stem cells (filters/4, filters/2),
 then three stages of N normal cells with a reduction cell (filters doubled) before stages 2 and 3,

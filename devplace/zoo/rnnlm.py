@@ -1,9 +1,10 @@
 """RNNLM: the 2-layer LSTM language model of ColocRL and the Hierarchical Planner (batch 64).
 
-REFERENCE.md gives "RNNLM batch 64" and two LSTM layers; the papers cite the LSTM language models of
-Zaremba et al. (2014) and Jozefowicz et al. (2016). Unstated sizes are our choices: 2048 LSTM units
-(the Jozefowicz baseline LSTM-2048), 512-unit embeddings, a 10,000-word vocabulary and 20 unrolled
-steps (Zaremba et al.'s Penn Treebank set-up). All are configuration keys.
+ColocRL's step-time table (Mirhoseini et al., ICML 2017) gives "RNNLM batch 64" and two LSTM
+layers; the papers cite the LSTM language models of Zaremba et al. (2014) and Jozefowicz et al.
+(2016). Unstated sizes are our choices: 2048 LSTM units (the Jozefowicz baseline LSTM-2048),
+512-unit embeddings, a 10,000-word vocabulary and 20 unrolled steps (Zaremba et al.'s Penn
+Treebank set-up). All are configuration keys.
 
 Structure and op names: ``embedding`` -> ``rnnlm.layers.{i}`` (LSTM unrolled over time, one
 ``nn.LSTMCell`` call per layer per step, see :mod:`devplace.zoo.recurrent`) -> ``classifier``

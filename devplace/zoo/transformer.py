@@ -3,7 +3,8 @@ dnn-partitioning graphs).
 
 Paper configuration (BERT-base, Devlin et al. 2019): 12 layers (24 for the deeper variant, preset
 ``layers24``, still at hidden 768), hidden 768, 12 heads, feed-forward 3072, GELU, post-LayerNorm,
-vocabulary 30,522, sequence 128. The batch is not stated in REFERENCE.md; 32 is our choice.
+vocabulary 30,522, sequence 128. The step-time table of Mars (Lan, Chen, Li, ICPP 2021) does
+not state the batch; 32 is our choice.
 
 Choices: attention is written out (matmul, scale, softmax, matmul) rather than calling
 ``scaled_dot_product_attention``, so the captured graph shows BERT's attention ops and not a

@@ -20,24 +20,27 @@ peak memory against each device's capacity (skipped when even the worst case fit
 The best placement seen is returned, so the result is never slower than the best seed: never worse
 than the best single device nor than any seed placer, by construction.
 
-Stopping: after ``max_evals`` simulator calls (default; the result depends only on the inputs and
-``seed``), or earlier when ``time_budget_s`` of wall clock is spent (then it depends on the
-machine's speed; ``options['stopped_by']`` says which).
+Stopping: after ``max_evals`` simulator calls, so the result depends only on the inputs and
+``seed``. A user who asks for ``time_budget_s`` also stops it when that much wall clock is spent
+(then the result depends on the machine's speed; ``options['stopped_by']`` says which).
+
+It prints nothing: progress (evals done, best step time so far) goes to ``devplace.progress``,
+messages to the ``logging`` logger of this module (under ``devplace``).
 
 >>> from devplace.graph import GraphBuilder
 >>> from devplace.cluster import uniform_cluster
 >>> b = GraphBuilder(["gpu"])
 >>> for name in "abcd":
 ...     _ = b.add_op(name, compute_us=100.0)
->>> p = place(b.build(), uniform_cluster(4), options=SearchConfig(max_evals=50, quiet=True))
+>>> p = place(b.build(), uniform_cluster(4), options=SearchConfig(max_evals=50))
 >>> sorted(p.devices.tolist())          # four independent ops: one per device
 [0, 1, 2, 3]
 """
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 import time
 from dataclasses import dataclass
 
@@ -45,13 +48,18 @@ import numpy as np
 
 from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.placement import Placement
+from devplace import progress
 from devplace.placers import register
 from devplace.placers.options import option
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
     Units, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, upward_rank_us, with_colocation,
 )
-from devplace.sim import simulator_for
+from devplace.portfolio.variants import place as place_spec
+from devplace.sim import Simulator
+from devplace.sim.result import usable_memory_bytes
+
+log = logging.getLogger(__name__)
 
 NAME = "sim-search"
 GIB = 2**30
@@ -68,7 +76,8 @@ class SearchConfig:
     max_ops_raw: int = option(6000, "seeds run on the full graph only up to this many ops (else +opt only)")
     max_ops_costly: int = option(3000, "m-SCT and HEFT run on the full graph only up to this many ops")
     max_evals: int = option(2000, "simulator calls in the local search (the budget; makes results reproducible)")
-    time_budget_s: float | None = option(60.0, "wall-clock cap on the whole placement in seconds (None: none)")
+    time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
+                                               "none, max_evals alone decides, so the seed makes it reproducible)")
     temperature_start: float = option(0.01, "annealing: accept a move d% slower with probability "
                                             "exp(-d / temperature%), relative to the best step time, at the start")
     temperature_end: float = option(0.0002, "annealing temperature at the end of the budget")
@@ -90,7 +99,6 @@ class SearchConfig:
     repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")
     repair_run_share: float = option(0.5, "chance a repair move shifts a run of groups at a stage's edge")
     repair_run_fraction: float = option(0.25, "longest repair run: this share of the overflowing device's groups")
-    quiet: bool = option(False, "no line per new best on stderr")
 
 
 # ------------------------------------------------------------------------------------- state
@@ -101,7 +109,7 @@ class _Search:
         from devplace.transforms import colocation_units, coplacement_groups
 
         self.graph, self.cluster, self.config = graph, cluster, config
-        self.sim = simulator_for(graph, cluster)
+        self.sim = Simulator(graph, cluster)
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.n_dev = cluster.n_devices
@@ -119,7 +127,9 @@ class _Search:
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
         self.repair_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
-        self.shown_us = math.inf
+        self.shown_us = math.inf        # the best step time last logged
+        self.reporter = progress.current()
+        self.phase_began = 0            # evals when the current progress task began
 
     def _memory_is_ample(self) -> bool:
         """True if every op, every received copy and the largest temporary fit each device at once."""
@@ -133,7 +143,14 @@ class _Search:
 
     def step_us(self, devices: np.ndarray, priority: np.ndarray | None) -> float:
         self.evals += 1
+        if self.evals % 20 == 0:
+            self.report()
         return self.sim.step_time_us(devices, priority)
+
+    def report(self, done: int | None = None) -> None:
+        """Tell the progress hook how far the current task is and the best step time so far."""
+        best = self.best[0] if math.isfinite(self.best[0]) else None
+        self.reporter.update(self.evals - self.phase_began if done is None else done, best_step_us=best)
 
     def examine(self, devices: np.ndarray, priority: np.ndarray | None):
         """Full simulation: (fits in memory, SimResult)."""
@@ -147,7 +164,7 @@ class _Search:
         """Full simulation counted as an eval: (total overflow bytes, step us, SimResult)."""
         self.evals += 1
         result = self.sim.run(Placement(devices=devices.copy(), priority=priority))
-        overflow = float(np.maximum(result.peak_memory_bytes - self.cluster.memory_bytes, 0.0).sum())
+        overflow = float(np.maximum(result.peak_memory_bytes - usable_memory_bytes(self.cluster), 0.0).sum())
         if self.least is None or (overflow, result.step_time_us) < self.least[:2]:
             self.least = (overflow, result.step_time_us, result)
         return overflow, result.step_time_us, result
@@ -171,11 +188,10 @@ class _Search:
         if step_us < self.best[0]:
             self.best = (step_us, devices.copy(), None if priority is None else priority.copy(), how)
             previous = self.shown_us
-            if not self.config.quiet and step_us < previous * 0.999:   # lines for gains of 0.1% or more
+            if step_us < previous * 0.999:   # log gains of 0.1% or more
                 self.shown_us = step_us
                 gain = f" ({(1 - step_us / previous) * 100:.2f}% better)" if math.isfinite(previous) else ""
-                print(f"[{NAME}] eval {self.evals:5d}  best {step_us / 1e3:10.3f} ms  by {how}{gain}",
-                      file=sys.stderr, flush=True)
+                log.debug("eval %5d  best %10.3f ms  by %s%s", self.evals, step_us / 1e3, how, gain)
             return True
         return False
 
@@ -203,38 +219,44 @@ def _seed_specs(config: SearchConfig, n_ops: int) -> list[str]:
 
 
 def _run_seeds(search: _Search) -> None:
-    from devplace.compare import parse_algo
-    from devplace.placers import place as place_with
+    specs = _seed_specs(search.config, search.graph.n_ops)
+    search.reporter.begin(f"{NAME}: seeds", total=len(specs))
+    try:
+        for done, spec in enumerate(specs):
+            search.report(done)
+            search.seed_report[spec] = _run_seed(search, spec)
+        search.report(len(specs))
+    finally:
+        search.reporter.end()
 
-    graph, cluster = search.graph, search.cluster
-    for spec in _seed_specs(search.config, graph.n_ops):
-        if search.out_of_time() and search.best[1] is not None:
-            search.seed_report[spec] = "skipped: out of time"
-            continue
-        try:
-            name, variant = parse_algo(spec)
-            placement = place_with(graph, cluster, algo=name, seed=search.seed, check=False, **variant)
-        except DevplaceError as exc:
-            search.seed_report[spec] = f"failed: {type(exc).__name__}"
-            continue
-        devices = placement.devices
-        if placement.colocation_violations(graph):
-            search.seed_report[spec] = "failed: split a colocation group"
-            continue
-        tried = [("its own", placement.priority)] if placement.priority is not None else []
-        best_here = math.inf
-        for order, priority in tried + search.orders(devices):
-            how = f"seed {spec} ({order} order)"
-            if search.memory_is_ample:
-                step = search.step_us(devices, priority)
-                if step < best_here:
-                    best_here = step
-                    search.offer(step, devices, priority, how)
-            else:
-                overflow, step, _ = search.consider(devices, priority, how)
-                if overflow == 0:
-                    best_here = min(best_here, step)
-        search.seed_report[spec] = best_here if math.isfinite(best_here) else "failed: over memory"
+
+def _run_seed(search: _Search, spec: str) -> float | str:
+    """Place with ``spec`` and offer it with each schedule order (or keep it for the repair);
+    returns its best step time that fits, or why it has none."""
+    graph = search.graph
+    if search.out_of_time() and search.best[1] is not None:
+        return "skipped: out of time"
+    try:
+        placement = place_spec(graph, search.cluster, algo=spec, seed=search.seed, check=False)
+    except DevplaceError as exc:
+        return f"failed: {type(exc).__name__}"
+    devices = placement.devices
+    if placement.colocation_violations(graph):
+        return "failed: split a colocation group"
+    tried = [("its own", placement.priority)] if placement.priority is not None else []
+    best_here = math.inf
+    for order, priority in tried + search.orders(devices):
+        how = f"seed {spec} ({order} order)"
+        if search.memory_is_ample:
+            step = search.step_us(devices, priority)
+            if step < best_here:
+                best_here = step
+                search.offer(step, devices, priority, how)
+        else:
+            overflow, step, _ = search.consider(devices, priority, how)
+            if overflow == 0:
+                best_here = min(best_here, step)
+    return best_here if math.isfinite(best_here) else "failed: over memory"
 
 
 def _pipeline_starts(search: _Search) -> None:
@@ -324,9 +346,7 @@ def _repair(search: _Search) -> bool:
         report["starts_tried"].append(how)
         devices = devices.copy()
         overflow, step, result = search.measure(devices, priority)
-        if not config.quiet:
-            print(f"[{NAME}] eval {search.evals:5d}  repairing {how}: {overflow / GIB:.3f} GiB over memory",
-                  file=sys.stderr, flush=True)
+        log.info("eval %5d  repairing %s: %.3f GiB over memory", search.evals, how, overflow / GIB)
         stale = 0
         while search.evals < budget_end and stale < config.repair_patience and not search.out_of_time():
             proposal = _repair_move(search, devices, result)
@@ -432,7 +452,7 @@ def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tupl
 def _anneal(search: _Search) -> str:
     """Simulated annealing from the best seed; returns what stopped it ("evals" or "time")."""
     config, rng = search.config, search.rng
-    if search.n_dev < 2 or config.max_evals <= 0:
+    if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0:   # nothing beats a zero step time
         return "evals"
     current_us, devices, priority, _ = search.best
     devices = devices.copy()
@@ -493,11 +513,16 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
-    stopped_by = _anneal(search) if graph.n_ops else "evals"
+    search.reporter.begin(NAME, total=config.max_evals)
+    search.phase_began = search.evals
+    try:
+        stopped_by = _anneal(search) if graph.n_ops else "evals"
+        search.report()
+    finally:
+        search.reporter.end()
     step_us, devices, priority, how = search.best
-    if not config.quiet:
-        print(f"[{NAME}] {search.evals} evals in {time.perf_counter() - search.began:.1f} s: "
-              f"{step_us / 1e3:.3f} ms, best seed {seed_us / 1e3:.3f} ms ({seed_how})", file=sys.stderr, flush=True)
+    log.info("%d evals in %.1f s: %.3f ms, best seed %.3f ms (%s)", search.evals,
+             time.perf_counter() - search.began, step_us / 1e3, seed_us / 1e3, seed_how)
     return Placement(
         devices=devices, priority=priority,
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,

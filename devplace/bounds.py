@@ -1,0 +1,282 @@
+"""Certified lower bounds on the step time: how far from optimal a placement can be.
+
+Each bound is at most the step time the simulator gives *every* valid placement (one that keeps
+colocation groups together and fits in memory) under *any* priority, so it is at most the optimum,
+the smallest simulated step time over placements and priorities. Each is proven from these facts
+about one simulated run (``devplace/sim/engine.py``, ``docs/simulator.md``); the step time is the
+latest finish:
+
+- (F1) an op on device ``d`` runs from its start to start + its compute time for ``d``'s kind +
+  ``op_gap_us``, and a device runs one op at a time;
+- (F2) for an edge u -> v, v starts no earlier than u finishes; if they are on different devices, no
+  earlier than u's finish plus the edge's transfer time on that link (the one transfer of u's output
+  to v's device begins at u's finish or later and lasts as long as its longest edge there). Channel
+  queues and message overheads only add to this, so the bounds leave them out;
+- (F3) persistent bytes are allocated at time 0 and never freed, so on a device where the placement
+  fits, the persistent bytes of its ops are at most its memory; when an op that takes time there
+  starts, its output and temporaries are allocated too (they live until it finishes at least), so
+  those persistent bytes plus the op's output and temporary bytes are at most the memory as well;
+- (F4) the ops of a colocation group share a device (``devplace.place`` refuses anything else).
+
+A *unit* is a colocation group, or an op in none. An op may only go where its unit's persistent
+bytes fit, with room for the output and temporaries of each of its ops that takes time there (F3,
+F4), and its *fastest time* is its least time over those devices. An edge's *cut
+cost* is its least transfer time over ordered pairs of distinct devices (F2); an edge inside a unit
+is never cut (F4).
+
+>>> from devplace.graph import chain_graph
+>>> from devplace.cluster import uniform_cluster
+>>> b = lower_bounds(chain_graph([10.0, 20.0, 30.0]), uniform_cluster(2))
+>>> b["critical_path_us"], b["work_us"], b["best"]
+(60.0, 30.0, 'critical_path_us')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+from scipy import optimize, sparse
+
+from devplace.errors import OutOfMemoryError
+from devplace.placers._listsched import op_times_us
+
+BOUND_NAMES = ("critical_path_us", "work_us", "largest_group_us", "memory_path_us")
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """What every bound (and the exact placer's integer program) knows of a graph on a cluster."""
+
+    op_time_us: np.ndarray     # n_ops x n_devices: compute time + op gap (F1)
+    unit: np.ndarray           # per op: its unit, 0..n_units-1
+    unit_bytes: np.ndarray     # per unit: persistent bytes of its ops
+    allowed: np.ndarray        # n_units x n_devices: the unit fits there on its own (F3)
+    footprint: np.ndarray      # n_ops x n_devices: output + temporary bytes while it runs there (F3)
+    fastest_us: np.ndarray     # per op: least time over the devices its unit is allowed on
+    cut_us: np.ndarray         # per edge: least transfer time across devices; inf inside a unit
+    forced_cut: np.ndarray     # per edge: its two units fit on no device together, so it is always cut
+
+
+def relaxation(graph, cluster) -> Relaxation:
+    """The facts above as arrays; an OutOfMemoryError if some unit fits on no device at all."""
+    time_us = op_times_us(graph, cluster) + cluster.op_gap_us
+    group = graph.colocation
+    n_groups = len(graph.colocation_names)
+    loose = group < 0
+    unit = group.copy()
+    unit[loose] = n_groups + np.arange(int(loose.sum()))
+    _, unit = np.unique(unit, return_inverse=True)     # dense, groups and loose ops interleaved
+    n_units = int(unit.max()) + 1 if graph.n_ops else 0
+    unit_bytes = np.bincount(unit, weights=graph.persistent_bytes, minlength=n_units)
+    capacity = cluster.memory_bytes
+    footprint = np.where(time_us > 0, (graph.output_bytes + graph.temp_bytes)[:, None], 0.0)
+    largest = np.zeros((n_units, cluster.n_devices))
+    np.maximum.at(largest, unit, footprint)
+    allowed = unit_bytes[:, None] + largest <= capacity[None, :]
+    homeless = np.flatnonzero(~allowed.any(axis=1))
+    if len(homeless):
+        op = int(np.flatnonzero(unit == homeless[0])[0])
+        raise OutOfMemoryError(
+            f"op {graph.names[op]!r} (with its colocation group) needs {(unit_bytes + largest.min(axis=1))[homeless[0]] / 2**20:.1f} MiB "
+            f"(persistent, plus its largest output and temporaries) but the largest device has {capacity.max() / 2**20:.1f} MiB: "
+            f"no placement fits; use larger devices"
+        )
+    fastest_us = np.where(allowed[unit], time_us, np.inf).min(axis=1)
+    cut_us = _cheapest_transfer_us(graph, cluster)
+    src_unit, dst_unit = unit[graph.edge_src], unit[graph.edge_dst]
+    cut_us[src_unit == dst_unit] = np.inf
+    together = (unit_bytes[src_unit] + unit_bytes[dst_unit])[:, None] <= capacity[None, :]
+    together &= allowed[src_unit] & allowed[dst_unit]
+    forced_cut = (src_unit != dst_unit) & ~together.any(axis=1)
+    return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut)
+
+
+def _cheapest_transfer_us(graph, cluster) -> np.ndarray:
+    """Per edge, the least time its transfer takes between two distinct devices (F2): its fixed
+    time, else the least latency + bytes / bandwidth over links, 0 for a zero-byte edge; inf on a
+    one-device cluster, where nothing is ever sent."""
+    d = cluster.n_devices
+    if d == 1:
+        return np.full(graph.n_edges, np.inf)
+    off = ~np.eye(d, dtype=bool)
+    latency = cluster.latency_us[off]
+    us_per_byte = 1.0 / cluster.bandwidth_bytes_per_us[off]
+    nbytes = graph.edge_bytes
+    linked = (latency[None, :] + nbytes[:, None] * us_per_byte[None, :]).min(axis=1) if len(nbytes) else nbytes
+    cost = np.where(nbytes > 0, linked, 0.0)
+    return np.where(np.isnan(graph.edge_fixed_us), cost, graph.edge_fixed_us)
+
+
+def critical_path_us(graph, rel: Relaxation) -> float:
+    """The longest path, each op at its fastest time and each always-cut edge at its cut cost.
+
+    Proof: along a path, each op starts no earlier than its predecessor's finish, plus the
+    transfer when the edge is cut (F2), and runs at least its fastest time (F1, F3); an edge whose
+    units fit on no device together is cut in every valid placement (F3, F4)."""
+    edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
+    return float(_longest_paths(graph, rel.fastest_us, edge_us)[0].max(initial=0.0))
+
+
+def work_us(rel: Relaxation) -> float:
+    """The least T such that the units can be spread, fractionally, over the devices they are
+    allowed on, with each device's share of compute at most T: the work / devices bound for
+    devices of different speeds and memories (with one kind and ample memory, total work / devices).
+
+    Proof: a valid placement is such a spread with whole units; each device's compute time (F1)
+    is at most the step time since it runs one op at a time inside the step."""
+    n_units, n_dev = rel.allowed.shape
+    if n_units == 0:
+        return 0.0
+    load = np.zeros((n_units, n_dev))
+    np.add.at(load, rel.unit, rel.op_time_us)
+    # variables: y[u, d] (row-major), then T. Rows: sum_d y[u, d] = 1; sum_u load y[u, d] - T <= 0
+    n_var = n_units * n_dev
+    units = np.repeat(np.arange(n_units), n_dev)
+    a_eq = sparse.csr_array((np.ones(n_var), (units, np.arange(n_var))), shape=(n_units, n_var + 1))
+    devices = np.tile(np.arange(n_dev), n_units)
+    a_ub = sparse.csr_array(
+        (np.concatenate([load.ravel(), -np.ones(n_dev)]),
+         (np.concatenate([devices, np.arange(n_dev)]), np.concatenate([np.arange(n_var), np.full(n_dev, n_var)]))),
+        shape=(n_dev, n_var + 1))
+    upper = np.append(np.where(rel.allowed, 1.0, 0.0).ravel(), np.inf)
+    cost = np.zeros(n_var + 1)
+    cost[-1] = 1.0
+    result = optimize.linprog(cost, A_ub=a_ub, b_ub=np.zeros(n_dev), A_eq=a_eq, b_eq=np.ones(n_units),
+                              bounds=np.column_stack([np.zeros(n_var + 1), upper]), method="highs")
+    # the LP is feasible (every unit is allowed somewhere) and bounded below by 0
+    return float(result.fun)
+
+
+def largest_group_us(rel: Relaxation) -> float:
+    """The largest compute time of one unit on its fastest allowed device.
+
+    Proof: a unit's ops all run on one device (F4), one at a time (F1)."""
+    n_units = rel.allowed.shape[0]
+    load = np.zeros((n_units, rel.op_time_us.shape[1]))
+    np.add.at(load, rel.unit, rel.op_time_us)
+    return float(np.where(rel.allowed, load, np.inf).min(axis=1).max(initial=0.0))
+
+
+def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
+    """Paths whose ops cannot all share a device pay for the cuts memory forces on them.
+
+    For a path, take its ops at their fastest times plus the larger of two least cut costs:
+    (a) split the path into consecutive segments, each holding units whose persistent bytes fit
+    the largest device, at the least total cut cost of the edges between segments (a dynamic
+    program along the path); (b) if its units' persistent bytes need k devices (the k largest
+    memories are the fewest that hold them), the k - 1 cheapest cuttable edges on it.
+
+    Proof: in a valid placement, a run of consecutive path ops on one device holds its units on
+    that device (F4), so their persistent bytes fit it (F3): the device changes along the path
+    split it into segments as in (a), and each change is a cut edge. The path's units sit on at
+    least k devices, so the device changes at least k - 1 times (b). Each cut edge delays its
+    consumer by at least its cut cost (F2) and each op runs at least its fastest time (F1): the
+    last op on the path finishes no earlier than the sum. Any path gives a valid bound; the ones
+    tried are the longest paths for op weights fastest time + lambda x persistent bytes over a
+    range of lambda (the critical path first)."""
+    if graph.n_edges == 0:
+        return float(rel.fastest_us.max(initial=0.0))
+    capacity = np.sort(cluster.memory_bytes)[::-1]
+    op_bytes = graph.persistent_bytes
+    cut_us = rel.cut_us
+    scale = max(float(rel.fastest_us.sum()), 1e-9) / max(float(capacity[0]), 1.0)
+    best = 0.0
+    zero_edges = np.zeros(graph.n_edges)
+    for k in range(n_paths):
+        weight = rel.fastest_us + (0.0 if k == 0 else scale * 2.0 ** (k - n_paths // 2)) * op_bytes
+        level, parent = _longest_paths(graph, weight, zero_edges)
+        path_ops, path_edges = _trace(graph, level, parent)
+        units = rel.unit[path_ops]
+        held = rel.unit_bytes[np.unique(units)].sum()
+        if held <= capacity[0]:      # the whole path fits one device: no cut is forced on it
+            best = max(best, float(rel.fastest_us[path_ops].sum()))
+            continue
+        cuts = _segment_cut_us(units, rel.unit_bytes, cut_us[path_edges], float(capacity[0]))
+        devices_needed = int(np.searchsorted(np.cumsum(capacity), held * (1 - 1e-12))) + 1
+        cheapest = np.sort(cut_us[path_edges])[: devices_needed - 1].sum()
+        if devices_needed > len(capacity) or not np.isfinite(max(cuts, cheapest)):
+            raise OutOfMemoryError(
+                f"the ops on the path from {graph.names[path_ops[0]]!r} to {graph.names[path_ops[-1]]!r} "
+                f"hold {held / 2**20:.1f} MiB of persistent memory that no split over the cluster's "
+                f"{cluster.n_devices} device(s) can hold: no placement fits; use more or larger devices"
+            )
+        best = max(best, float(rel.fastest_us[path_ops].sum()) + max(cuts, float(cheapest)))
+    return best
+
+
+@njit(cache=True)
+def _longest_paths_kernel(topo_order, pred_ptr, pred_edge, edge_src, node_us, edge_us):
+    level = np.zeros(node_us.shape[0])
+    parent = np.full(node_us.shape[0], -1, np.int64)    # the in-edge the longest path comes by
+    for v in topo_order:
+        best = 0.0
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            e = pred_edge[k]
+            value = level[edge_src[e]] + edge_us[e]
+            if value > best or parent[v] < 0:
+                best = value
+                parent[v] = e
+        level[v] = best + node_us[v]
+    return level, parent
+
+
+def _longest_paths(graph, node_us: np.ndarray, edge_us: np.ndarray):
+    """Per op, the longest path ending with it (its own weight included) and the in-edge it comes by."""
+    return _longest_paths_kernel(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src,
+                                 np.ascontiguousarray(node_us, dtype=np.float64),
+                                 np.ascontiguousarray(edge_us, dtype=np.float64))
+
+
+def _trace(graph, level: np.ndarray, parent: np.ndarray):
+    """The ops and edges, first to last, of the longest path (the one ending at the highest level)."""
+    v = int(np.argmax(level))
+    ops, edges = [v], []
+    while parent[v] >= 0:
+        e = int(parent[v])
+        edges.append(e)
+        v = int(graph.edge_src[e])
+        ops.append(v)
+    return np.array(ops[::-1], dtype=np.int64), np.array(edges[::-1], dtype=np.int64)
+
+
+@njit(cache=True)
+def _segment_cut_us(units, unit_bytes, edge_cut_us, capacity):
+    """Least total cost of the edges cut to split a path into runs whose distinct units' bytes fit
+    ``capacity`` (edge ``i`` joins path ops ``i`` and ``i + 1``; an inf edge cannot be cut)."""
+    n = units.shape[0]
+    cost = np.full(n + 1, np.inf)        # cost[j]: ops 0..j-1 covered, a segment ends at j - 1
+    cost[0] = 0.0
+    seen = np.full(unit_bytes.shape[0], -1, np.int64)
+    for j in range(1, n + 1):
+        held = 0.0
+        for i in range(j - 1, -1, -1):   # segment i..j-1
+            u = units[i]
+            if seen[u] != j:
+                seen[u] = j
+                held += unit_bytes[u]
+            if held > capacity:
+                break
+            enter = 0.0 if i == 0 else edge_cut_us[i - 1]
+            if cost[i] + enter < cost[j]:
+                cost[j] = cost[i] + enter
+    return cost[n]
+
+
+def lower_bounds(graph, cluster) -> dict:
+    """Every bound (microseconds), the best (largest) and its name.
+
+    An OutOfMemoryError if memory alone shows that no placement fits."""
+    rel = relaxation(graph, cluster)
+    bounds = {
+        "critical_path_us": critical_path_us(graph, rel),
+        "work_us": work_us(rel),
+        "largest_group_us": largest_group_us(rel),
+        "memory_path_us": memory_path_us(graph, cluster, rel),
+    }
+    best = max(bounds, key=bounds.__getitem__)
+    return bounds | {"best_us": bounds[best], "best": best}
+
+
+__all__ = ["lower_bounds", "relaxation", "Relaxation", "BOUND_NAMES"]

@@ -1,0 +1,154 @@
+"""Lower bounds: never above the best simulated step time, found by brute force on tiny graphs."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import devplace as dp
+from devplace.bounds import BOUND_NAMES, lower_bounds
+from devplace.cluster import Cluster, Device, uniform_cluster, uniform_links
+from devplace.errors import OutOfMemoryError
+from devplace.graph import GraphBuilder
+from devplace.io.dnn_partitioning import cluster_for
+from devplace.sim import Simulator
+
+MIB = 2**20
+
+
+def tiny_instance(seed: int, n_ops: int = 5, n_devices: int = 3):
+    """A random DAG of ``n_ops`` ops on ``n_devices`` devices of two kinds and memories, with a random
+    communication model, op gap, message overheads, colocation pairs, fixed-time, sized and ordering
+    edges, and persistent bytes that often forbid some placements."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["fast", "slow"])
+    for i in range(n_ops):
+        t = float(rng.integers(0, 40))
+        b.add_op(f"op{i}", compute_us={"fast": t, "slow": float(t * rng.choice([1, 2, 3]))},
+                 persistent_bytes=float(rng.choice([0, 1, 3, 5])) * MIB,
+                 output_bytes=float(rng.integers(0, 3)) * MIB, temp_bytes=float(rng.integers(0, 2)) * MIB,
+                 colocation="pair" if i in (1, 3) and rng.random() < 0.3 else None)
+    for j in range(1, n_ops):
+        for i in rng.choice(j, size=min(j, int(rng.integers(1, 3))), replace=False):
+            kind = rng.integers(0, 3)
+            b.add_edge(f"op{i}", f"op{j}", bytes=float(rng.integers(1, 2000)) * 1e3 if kind else 0.0,
+                       fixed_us=float(rng.integers(0, 30)) if kind == 2 else None)
+    memory = [float(rng.choice([6, 8, 12, 40])) * MIB for _ in range(n_devices)]
+    kinds = ["fast"] + [str(k) for k in rng.choice(["fast", "slow"], n_devices - 1)]
+    latency, bandwidth = uniform_links(n_devices, float(rng.integers(0, 10)), 100.0)
+    bandwidth = bandwidth * rng.uniform(0.5, 2.0, (n_devices, n_devices))
+    overhead = float(rng.choice([0.0, 0.0, 3.0]))
+    cluster = Cluster(
+        name="tiny", devices=[Device(f"d{i}", kinds[i], memory[i]) for i in range(n_devices)],
+        comm_model=str(rng.choice(["parallel", "sequential", "duplex", "pipelined"])),
+        latency_us=latency, bandwidth_bytes_per_us=bandwidth, op_gap_us=float(rng.choice([0.0, 2.0])),
+        send_overhead_us=np.full((n_devices, n_devices), overhead),
+        recv_overhead_us=np.full((n_devices, n_devices), overhead))
+    return b.build(), cluster
+
+
+def brute_force(graph, cluster, n_orders: int = 3, seed: int = 0) -> float:
+    """The least simulated step time over every placement that keeps colocation groups together and
+    fits, each under the default priority and ``n_orders`` random ones; inf if none fits."""
+    sim = Simulator(graph, cluster)
+    rng = np.random.default_rng(seed)
+    orders = [None] + [rng.permutation(graph.n_ops).astype(np.float64) for _ in range(n_orders)]
+    group = graph.colocation
+    best = np.inf
+    for devices in itertools.product(range(cluster.n_devices), repeat=graph.n_ops):
+        devices = np.array(devices, dtype=np.int64)
+        if any(len(set(devices[group == g])) > 1 for g in range(len(graph.colocation_names))):
+            continue
+        for priority in orders:
+            result = sim.run(dp.Placement(devices=devices, priority=priority))
+            if result.fits:
+                best = min(best, result.step_time_us)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_no_bound_exceeds_the_brute_force_optimum(seed):
+    graph, cluster = tiny_instance(seed)
+    optimum = brute_force(graph, cluster)
+    try:
+        bounds = lower_bounds(graph, cluster)
+    except OutOfMemoryError:
+        assert optimum == np.inf      # memory alone proved that nothing fits: check it is so
+        return
+    for name in BOUND_NAMES:
+        assert bounds[name] <= optimum * (1 + 1e-9) + 1e-9, (name, bounds[name], optimum)
+    assert bounds["best_us"] == max(bounds[name] for name in BOUND_NAMES)
+
+
+def test_the_memory_path_bound_charges_the_cut_memory_forces():
+    """a and c cannot share a device (each holds 6 of 10 MiB): the path a -> b -> c pays its cheapest
+    cut, 5 us, which neither the critical path (no adjacent pair is forced apart) nor work sees."""
+    b = GraphBuilder(["gpu"])
+    for name, per in (("a", 6), ("b", 0), ("c", 6)):
+        b.add_op(name, compute_us=10.0, persistent_bytes=per * MIB)
+    b.add_edge("a", "b", fixed_us=5.0)
+    b.add_edge("b", "c", fixed_us=7.0)
+    graph = b.build()
+    cluster = uniform_cluster(2, memory_bytes=10 * MIB)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["critical_path_us"] == 30.0
+    assert bounds["memory_path_us"] == 35.0 == brute_force(graph, cluster) == bounds["best_us"]
+
+
+def test_an_edge_between_ops_that_fit_nowhere_together_is_always_cut():
+    b = GraphBuilder(["gpu"])
+    b.add_op("a", compute_us=10.0, persistent_bytes=6 * MIB)
+    b.add_op("b", compute_us=10.0, persistent_bytes=6 * MIB)
+    b.add_edge("a", "b", fixed_us=50.0)
+    bounds = lower_bounds(b.build(), uniform_cluster(2, memory_bytes=10 * MIB))
+    assert bounds["critical_path_us"] == 70.0
+
+
+def test_work_is_shared_by_speed_on_devices_of_different_kinds():
+    """Four 30 us ops (90 us each on the slow device): the fast device takes 3, the slow one 1/3 of
+    an op, so T = 90 x 1/3 + ... solves 30 (4 - y) = 90 y: y = 1, T = 90."""
+    b = GraphBuilder(["fast", "slow"])
+    for i in range(4):
+        b.add_op(f"op{i}", compute_us={"fast": 30.0, "slow": 90.0})
+    graph = b.build()
+    latency, bandwidth = uniform_links(2, 0.0, 1e4)
+    cluster = Cluster("mixed", [Device("f", "fast", 2**30), Device("s", "slow", 2**30)], "parallel",
+                      latency, bandwidth)
+    assert lower_bounds(graph, cluster)["work_us"] == pytest.approx(90.0)
+    assert brute_force(graph, cluster) == 90.0
+
+
+def test_a_group_too_large_for_every_device_is_refused_by_name():
+    b = GraphBuilder(["gpu"])
+    b.add_op("big", compute_us=1.0, persistent_bytes=20 * MIB)
+    with pytest.raises(OutOfMemoryError, match="'big'.*20.0 MiB.*10.0 MiB"):
+        lower_bounds(b.build(), uniform_cluster(2, memory_bytes=10 * MIB))
+
+
+@pytest.mark.parametrize("name", ["bert_l-3_inference", "resnet50_inference", "gnmt_layers_training"])
+def test_bounds_on_the_bundled_graphs_stay_below_placements(name):
+    graph = dp.load_graph(dp.example_path(f"{name}.json"))
+    cluster = cluster_for(graph)
+    bounds = lower_bounds(graph, cluster)
+    for algo in ("m-topo", "m-etf"):
+        step = dp.simulate(graph, cluster, dp.place(graph, cluster, algo=algo)).step_time_us
+        assert bounds["best_us"] <= step
+    # memory forces cuts on the inference graphs: the bound is well above the compute-only one
+    finish = np.zeros(graph.n_ops)
+    for v in graph.topo_order:
+        finish[v] = graph.compute_us[v, 0] + max((finish[u] for u in graph.predecessors(v)), default=0.0)
+    if name != "gnmt_layers_training":
+        assert bounds["best_us"] > 1.15 * max(finish.max(), bounds["work_us"])
+
+
+def test_a_colocation_group_runs_on_one_device():
+    """Three 10 us ops of one group and two loose ones, all independent, on three devices: work / 3
+    is 16.7 us and the critical path 10 us, but the group alone needs 30 us on its device."""
+    b = GraphBuilder(["gpu"])
+    for i in range(5):
+        b.add_op(f"op{i}", compute_us=10.0, colocation="g" if i < 3 else None)
+    graph = b.build()
+    cluster = uniform_cluster(3)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["work_us"] == pytest.approx(50.0 / 3) and bounds["critical_path_us"] == 10.0
+    assert bounds["largest_group_us"] == 30.0 == bounds["best_us"] == brute_force(graph, cluster)
