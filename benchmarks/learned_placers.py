@@ -31,7 +31,6 @@ import numpy as np
 
 import devplace as dp
 from devplace.cluster import load_cluster
-from devplace.compare import parse_algo
 from devplace.errors import DevplaceError
 from devplace.fileio import write_bytes_atomic, write_text_atomic
 
@@ -126,11 +125,9 @@ def batch_cost(graph, cluster, k: int = 64) -> dict:
 def baselines(graph, cluster) -> dict:
     out = {}
     for spec in BASELINES:
-        algo, variant = parse_algo(spec)
-        options = {"time_budget_s": None, "quiet": True} if algo == "sim-search" else {}
         began = time.perf_counter()
         try:
-            placed = dp.place(graph, cluster, algo=algo, seed=0, **variant, **options)
+            placed = dp.place(graph, cluster, algo=spec, seed=0)
             out[spec] = {"step_us": dp.simulate(graph, cluster, placed).step_time_us,
                          "seconds": round(time.perf_counter() - began, 1)}
         except DevplaceError as exc:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from devplace.sim import simulator_for
+from devplace.sim import Simulator
 
 GIB = 2**30
 
@@ -53,7 +53,7 @@ class PlacementEnv:
         self.graph, self.cluster = graph, cluster
         self.unit_of = np.ascontiguousarray(unit_of, dtype=np.int64)
         self.n_units = int(self.unit_of.max()) + 1 if len(self.unit_of) else 0
-        self.sim = simulator_for(graph, cluster)
+        self.sim = Simulator(graph, cluster)
         need = graph.persistent_bytes + graph.output_bytes + graph.temp_bytes
         self.memory_is_ample = float(need.sum()) <= float(cluster.memory_bytes.min())
 
