@@ -22,6 +22,7 @@ from devplace.graph import GraphBuilder, OpGraph, Role
 from devplace.io import load_graph, save_graph
 from devplace.placement import Placement
 from devplace.portfolio import place
+from devplace import learn  # noqa: F401,E402  (registers the learning placers; they import torch only when they run)
 from devplace.sim import SimResult, Simulator, simulate
 
 __version__ = "0.1.0"

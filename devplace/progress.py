@@ -138,7 +138,12 @@ def reporting(reporter: Reporter):
 
 @contextmanager
 def showing_progress(console=None):
-    """Install a ``RichReporter`` on ``console`` (a rich Console) and show its bars during the block."""
+    """Show progress during the block: rich bars on ``console`` (a rich Console) when it is a
+    terminal, else a ``LineReporter`` line every few seconds on its stream (logs and pipes keep them)."""
+    if console is not None and not console.is_terminal:
+        with reporting(LineReporter(every_s=2.0, stream=console.file)) as lines:
+            yield lines
+        return
     with reporting(RichReporter(console)) as bar, bar:
         yield bar
 

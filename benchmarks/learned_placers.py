@@ -1,0 +1,231 @@
+"""Learning placers against random search at equal samples and the algorithmic placers (BENCHMARKS.md,
+"Learning placers").
+
+For each model, on the papers' clusters: colocrl and hp train for ``--samples`` simulated placements
+(and at most ``--time-budget-s`` each); random search draws the same number of placements (the
+``random`` placer's, one seed each) in the same run. Their best step time so far is recorded
+against samples and against wall-clock seconds, beside the final step times of single, expert,
+m-SCT+opt and sim-search.
+
+    .venv/bin/python benchmarks/learned_placers.py                          # every model, 2000 samples
+    .venv/bin/python benchmarks/learned_placers.py --quick                  # the two bundled graphs, 200 samples
+    .venv/bin/python benchmarks/learned_placers.py --models gnmt4 --samples 20000 --time-budget-s 600
+    .venv/bin/python benchmarks/learned_placers.py --batch-cost GRAPH.json   # a batch of 64 vs 64 simulations
+
+Writes ``benchmarks/results/learned_placers.json`` (one entry per model, merged with earlier runs)
+and ``benchmarks/results/learned_placers_<model>.png`` (the two curves), and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import devplace as dp
+from devplace.cluster import load_cluster
+from devplace.errors import DevplaceError
+from devplace.fileio import write_bytes_atomic, write_text_atomic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reproduce_papers import PAPER_GPU_FRACTION, PRESET, RESULTS, cached_graph  # noqa: E402
+
+LEARNERS = ("colocrl", "hp")
+BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
+# name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
+MODELS = {
+    "gnmt4": ("GNMT-4 (the demo's graph)", "zoo:gnmt:layers=4,seq_len=40", 4, PAPER_GPU_FRACTION),
+    "rnnlm": ("RNNLM (HP, 2 GPUs)", "zoo:rnnlm", 2, PAPER_GPU_FRACTION),
+    "inception_v3": ("Inception-V3 (ColocRL, 4 GPUs)", "zoo:inception_v3", 4, PAPER_GPU_FRACTION),
+    "gnmt_layers_training": ("gnmt_layers_training (bundled)", "gnmt_layers_training.json", None, None),
+    "bert_l-3_training": ("bert_l-3_training (bundled)", "bert_l-3_training.json", None, None),
+}
+QUICK = ("gnmt_layers_training", "bert_l-3_training")
+
+
+def graph_and_cluster(name: str):
+    _, source, devices, fraction = MODELS[name]
+    if source.endswith(".json"):
+        from devplace.io.dnn_partitioning import cluster_for
+
+        graph = dp.load_graph(dp.example_path(source))
+        return graph, cluster_for(graph)
+    graph = cached_graph(source)
+    cluster = load_cluster(PRESET)
+    if devices != cluster.n_devices:
+        cluster = cluster.with_devices(devices)
+    return graph, cluster.with_memory_fraction(fraction)
+
+
+def thinned(curve: list) -> list:
+    """The points of a best-so-far curve where the best changes, and its last one (enough for a step plot)."""
+    return [point for k, point in enumerate(curve)
+            if k == 0 or k == len(curve) - 1 or point[2] != curve[k - 1][2]]
+
+
+def random_search(graph, cluster, samples: int, time_budget_s: float | None) -> dict:
+    """Best step time so far of ``samples`` random placements that fit (the random placer, seeds 0..)."""
+    sim = dp.Simulator(graph, cluster)
+    best, curve, began = math.inf, [], time.perf_counter()
+    for seed in range(samples):
+        if time_budget_s is not None and time.perf_counter() - began > time_budget_s:
+            break
+        devices = dp.place(graph, cluster, algo="random", seed=seed, check=False).devices
+        result = sim.run(devices)
+        if not result.oom_devices:
+            best = min(best, result.step_time_us)
+        curve.append((seed + 1, round(time.perf_counter() - began, 3), best))
+    return {"best_step_us": best, "curve": thinned(curve)}
+
+
+def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None) -> dict:
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        log = Path(scratch) / "log.csv"
+        try:
+            placed = dp.place(graph, cluster, algo=algo, seed=0, samples=samples, time_budget_s=time_budget_s,
+                              log=str(log))
+        except DevplaceError as exc:
+            return {"error": str(exc), "seconds": round(time.perf_counter() - began, 1)}
+        rows = list(csv.DictReader(log.open()))
+    curve = [(int(r["samples"]), float(r["wall_s"]), float(r["best_step_us"])) for r in rows]
+    return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
+            "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1)}
+
+
+def batch_cost(graph, cluster, k: int = 64) -> dict:
+    """Seconds to score a batch of ``k`` random placements through the environment, against ``k``
+    single ``simulate`` calls on the same placements (measured in one run, best of three)."""
+    from devplace.learn.env import PlacementEnv
+    from devplace.transforms import colocation_units
+
+    units = colocation_units(graph)
+    env = PlacementEnv(graph, cluster, units)
+    batch = np.random.default_rng(0).integers(0, cluster.n_devices, size=(k, env.n_units))
+    env.evaluate(batch[:1])
+    timings = {"batch_s": [], "singles_s": []}
+    for _ in range(3):
+        began = time.perf_counter()
+        env.evaluate(batch)
+        timings["batch_s"].append(time.perf_counter() - began)
+        began = time.perf_counter()
+        for row in batch:
+            dp.simulate(graph, cluster, row[units])
+        timings["singles_s"].append(time.perf_counter() - began)
+    return {"k": k, "memory_is_ample": env.memory_is_ample, **{key: min(v) for key, v in timings.items()}}
+
+
+def baselines(graph, cluster) -> dict:
+    out = {}
+    for spec in BASELINES:
+        began = time.perf_counter()
+        try:
+            placed = dp.place(graph, cluster, algo=spec, seed=0)
+            out[spec] = {"step_us": dp.simulate(graph, cluster, placed).step_time_us,
+                         "seconds": round(time.perf_counter() - began, 1)}
+        except DevplaceError as exc:
+            out[spec] = {"error": str(exc).split(":")[0]}
+    return out
+
+
+def plot(name: str, entry: dict) -> None:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    runs = {algo: entry[algo] for algo in (*LEARNERS, "random") if "curve" in entry.get(algo, {})}
+    for column, (index, label) in enumerate(((0, "simulated placements"), (1, "wall-clock seconds"))):
+        for algo, run in runs.items():
+            points = [(p[index], p[2] / 1e3) for p in run["curve"] if math.isfinite(p[2])]
+            if points:
+                axes[column].step(*zip(*points), where="post", label=algo)
+        for k, (spec, base) in enumerate(entry["baselines"].items()):
+            if "step_us" in base:
+                axes[column].axhline(base["step_us"] / 1e3, ls="--", lw=1, color=f"C{k + 3}", label=spec)
+        axes[column].set_xlabel(label)
+    axes[0].set_ylabel("best step time so far (ms)")
+    axes[0].legend(fontsize=8)
+    figure.suptitle(f"{MODELS[name][0]}: {entry['ops']} ops on {entry['cluster']}")
+    figure.tight_layout()
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=100)
+    plt.close(figure)
+    write_bytes_atomic(RESULTS / f"learned_placers_{name}.png", out.getvalue())
+
+
+def table(results: dict) -> str:
+    """The BENCHMARKS.md table: best step time (ms) of each at the samples given ("-": no placement)."""
+    head = ["model", "ops", "samples", *LEARNERS, "random", *BASELINES]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def ms(run):
+        value = run.get("best_step_us", run.get("step_us"))
+        return f"{value / 1e3:.2f}" if value is not None and math.isfinite(value) else "-"
+
+    for name, entry in results.items():
+        cells = [MODELS[name][0], str(entry["ops"]), str(entry["samples"])]
+        cells += [ms(entry[a]) for a in (*LEARNERS, "random")] + [ms(entry["baselines"][b]) for b in BASELINES]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
+    parser.add_argument("--samples", type=int, default=2000, help="simulated placements per learner and for random")
+    parser.add_argument("--time-budget-s", type=float, default=None, help="wall-clock cap per learner")
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}, 200 samples")
+    parser.add_argument("--batch-cost", metavar="GRAPH", help="only time a batch of 64 on GRAPH (a graph file) "
+                        f"on {PRESET}, with its memory and with ample memory")
+    args = parser.parse_args(argv)
+    if args.batch_cost:
+        graph, cluster = dp.load_graph(args.batch_cost), load_cluster(PRESET)
+        costs = {"graph": Path(args.batch_cost).name, "ops": graph.n_ops, "cluster": cluster.name,
+                 "with_memory": batch_cost(graph, cluster), "ample": batch_cost(graph, cluster.with_memory_fraction(4.0))}
+        write_text_atomic(RESULTS / "learned_placers_batch_cost.json", json.dumps(costs, indent=1) + "\n")
+        print(json.dumps(costs, indent=1))
+        return 0
+    names = list(QUICK) if args.quick else [n.strip() for n in args.models.split(",") if n.strip()]
+    samples = 200 if args.quick else args.samples
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}: use {', '.join(MODELS)}")
+    path = RESULTS / "learned_placers.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    for name in names:
+        graph, cluster = graph_and_cluster(name)
+        print(f"{name}: {graph.n_ops} ops on {cluster.name} ({cluster.n_devices} devices)", flush=True)
+        entry = {"ops": graph.n_ops, "cluster": cluster.name, "samples": samples,
+                 "time_budget_s": args.time_budget_s, "batch_cost": batch_cost(graph, cluster),
+                 "baselines": baselines(graph, cluster)}
+        cost = entry["batch_cost"]
+        print(f"  a batch of {cost['k']}: {cost['batch_s']:.3f} s, {cost['k']} single simulations {cost['singles_s']:.3f} s",
+              flush=True)
+        print("  " + ", ".join(f"{k} {v.get('step_us', math.nan) / 1e3:.2f} ms" for k, v in entry["baselines"].items()),
+              flush=True)
+        for algo in LEARNERS:
+            entry[algo] = learner(graph, cluster, algo, samples, args.time_budget_s)
+            print(f"  {algo}: {entry[algo].get('best_step_us', math.nan) / 1e3:.2f} ms "
+                  f"in {entry[algo]['seconds']} s {entry[algo].get('error', '')}", flush=True)
+        entry["random"] = random_search(graph, cluster, samples, args.time_budget_s)
+        print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
+        results[name] = entry
+        write_text_atomic(path, json.dumps(results, indent=1, default=float) + "\n")
+        plot(name, entry)
+    print(table({n: results[n] for n in results if n in MODELS}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

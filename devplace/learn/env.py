@@ -1,0 +1,99 @@
+"""The environment of every learning placer: a batch of unit placements in, simulated outcomes out.
+
+A policy places *units* (groups of ops that move whole, so a colocation group is never split);
+``PlacementEnv.evaluate`` expands each row of unit devices to one device per op and simulates it:
+the step time, the peak memory of each device and whether any device overflows. When even the
+whole step fits on every device, memory cannot overflow and only the step time is simulated (the
+simulator's fast path); otherwise each placement is simulated with its memory timeline.
+
+``Reward`` turns outcomes into the papers' signal. ColocRL ("Device Placement Optimization with
+Reinforcement Learning", ICML 2017) and the Hierarchical Planner ("A Hierarchical Model for Device
+Placement", ICLR 2018) learn from the square root of the step time in seconds, and score a
+placement that does not fit as a failing one: 100 s in the Hierarchical Planner's public code. With
+``oom_penalty_s_per_gib`` > 0 an overflowing placement instead costs its step time plus that many
+seconds per GiB over, a graded signal that still points towards fitting.
+
+>>> from devplace.graph import chain_graph
+>>> from devplace.cluster import uniform_cluster
+>>> env = PlacementEnv(chain_graph([10.0, 20.0]), uniform_cluster(2), np.array([0, 1]))
+>>> env.evaluate(np.array([[0, 0], [0, 1]])).step_us.tolist()
+[30.0, 30.0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from devplace.sim import Simulator
+
+GIB = 2**30
+
+
+@dataclass
+class Outcomes:
+    """What the simulator says of a batch of K placements."""
+
+    step_us: np.ndarray             # (K,) simulated step time
+    peak_memory_bytes: np.ndarray   # (K, devices) simulated peak; the sum of what its ops hold when memory is ample
+    oom: np.ndarray                 # (K,) some device overflows
+    over_bytes: np.ndarray          # (K,) bytes over capacity, summed over devices
+
+    @classmethod
+    def concatenate(cls, parts: "list[Outcomes]") -> "Outcomes":
+        return cls(*(np.concatenate([getattr(p, name) for p in parts])
+                     for name in ("step_us", "peak_memory_bytes", "oom", "over_bytes")))
+
+
+class PlacementEnv:
+    """A graph, a cluster and the units a policy places (``unit_of``: per op, its unit 0..U-1)."""
+
+    def __init__(self, graph, cluster, unit_of: np.ndarray):
+        self.graph, self.cluster = graph, cluster
+        self.unit_of = np.ascontiguousarray(unit_of, dtype=np.int64)
+        self.n_units = int(self.unit_of.max()) + 1 if len(self.unit_of) else 0
+        self.sim = Simulator(graph, cluster)
+        need = graph.persistent_bytes + graph.output_bytes + graph.temp_bytes
+        self.memory_is_ample = float(need.sum()) <= float(cluster.memory_bytes.min())
+
+    def expand(self, unit_devices: np.ndarray) -> np.ndarray:
+        """(K, U) devices per unit -> (K, ops) devices per op."""
+        return np.ascontiguousarray(np.asarray(unit_devices, dtype=np.int64)[:, self.unit_of])
+
+    def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
+        devices = self.expand(unit_devices)
+        k, n_dev = len(devices), self.cluster.n_devices
+        step = np.empty(k)
+        peak = np.empty((k, n_dev))
+        need = self.graph.persistent_bytes + self.graph.output_bytes + self.graph.temp_bytes
+        for i, row in enumerate(devices):
+            if self.memory_is_ample:
+                step[i] = self.sim.step_time_us(row)
+                peak[i] = np.bincount(row, weights=need, minlength=n_dev)
+            else:
+                result = self.sim.run(row)
+                step[i] = result.step_time_us
+                peak[i] = result.peak_memory_bytes
+        over = np.maximum(peak - self.cluster.memory_bytes, 0.0).sum(axis=1)
+        return Outcomes(step_us=step, peak_memory_bytes=peak, oom=over > 0, over_bytes=over)
+
+
+@dataclass(frozen=True)
+class Reward:
+    """The papers' reward: minus the square root of the step time in seconds (failing placements get
+    ``failing_step_s``, or with ``oom_penalty_s_per_gib`` > 0 their step time plus that per GiB over)."""
+
+    failing_step_s: float = 100.0
+    oom_penalty_s_per_gib: float = 0.0
+
+    def cost_s(self, outcomes: Outcomes) -> np.ndarray:
+        step_s = outcomes.step_us / 1e6
+        if self.oom_penalty_s_per_gib > 0:
+            failing = step_s + self.oom_penalty_s_per_gib * outcomes.over_bytes / GIB
+        else:
+            failing = np.full_like(step_s, self.failing_step_s)
+        return np.where(outcomes.oom, failing, step_s)
+
+    def __call__(self, outcomes: Outcomes) -> np.ndarray:
+        return -np.sqrt(self.cost_s(outcomes))

@@ -1,0 +1,89 @@
+"""The Hierarchical Planner: a Grouper puts ops into groups, a Placer puts groups on devices, one reward.
+
+"A Hierarchical Model for Device Placement" (Mirhoseini et al., ICLR 2018):
+
+1. the Grouper, a feed-forward network, reads each op's features (type, output size, adjacency)
+   and samples a group for it (ops of a colocation group are one input, so they stay together);
+2. each group is embedded from its members (op-type counts, total output size, its row of the
+   group adjacency matrix, ``nets.group_features``);
+3. the Placer, a sequence-to-sequence LSTM (bidirectional encoder) with attention, samples a device
+   per group;
+4. both are trained jointly by REINFORCE: one grouping per update (``groupings_per_update``) and K
+   placements of it, the log probability of each placement being the Grouper's plus the Placer's.
+
+>>> HPOptions().hidden_size, HPOptions().lr_decay_start, HPOptions().noise_updates
+(512, 400, 750)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from devplace.learn.features import MAX_KINDS, N_FEATURES, cross_unit_edges, unit_features, unit_kind_counts
+from devplace.learn.options import LearnerOptions
+from devplace.placers import register
+from devplace.placers._memory import check_can_fit
+from devplace.placers._moves import Units
+from devplace.placers.options import option
+from devplace.transforms.coplacement import colocation_units
+
+NAME = "hp"
+
+
+@dataclass(frozen=True)
+class HPOptions(LearnerOptions):
+    """The Hierarchical Planner's hyper-parameters, from the authors' public implementation (TensorFlow
+    grappler's hierarchical controller): hidden size 512 (Grouper 64), min(256, 20 x devices) groups, device
+    logits bounded by tanh to +-1, Adam at 0.1
+    decayed x0.95 every 50 updates from update 400, gradient norm clipped to 1.0, exponential
+    moving-average baseline with decay 0.9, no entropy bonus but Gaussian noise (std 0.5) on the logits
+    (relative to their root-mean-square) for the first 750 updates, 100 s for a failing placement; from the paper: one grouping and K = 4
+    placements per update."""
+
+    max_groups: int = option(256, "groups: min(this, 20 x devices)")
+    hidden_size: int = option(512, "Placer LSTM and embedding width")
+    grouper_hidden_size: int = option(64, "Grouper's hidden width")
+    lr_decay: float = option(0.95, "multiply the learning rate by this every `lr_decay_every` updates")
+    lr_decay_start: int = option(400, "update at which the decay begins")
+    logit_noise_std: float = option(0.5, "Gaussian noise added to the Grouper's and Placer's logits while exploring")
+    noise_updates: int = option(750, "updates during which the logit noise is added")
+    groupings_per_update: int = option(1, "groupings sampled per update, the K placements shared among them "
+                                          "(the paper: one grouping, four placements)")
+
+
+@register(NAME, "Hierarchical Planner (ICLR 2018): Grouper + seq2seq Placer trained jointly, REINFORCE on "
+          "the simulator", HPOptions, by_default=False)
+def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
+    import torch
+
+    from devplace.learn.nets import Grouper, Sample, Seq2SeqPlacer, group_features
+    from devplace.learn.train import reinforce, seeded
+
+    check_can_fit(graph, cluster, NAME)
+    ops = Units.from_labels(graph, colocation_units(graph))    # what the Grouper assigns: ops, colocation whole
+    op_features = torch.from_numpy(unit_features(graph, ops.unit_of))
+    kind_counts = torch.from_numpy(unit_kind_counts(graph, ops.unit_of, ops.n_units)).float()
+    output_bytes = torch.from_numpy(graph.output_bytes.copy()).float()
+    output_bytes = torch.zeros(ops.n_units).index_add_(0, torch.from_numpy(ops.unit_of), output_bytes)
+    edge_src, edge_dst = (torch.from_numpy(e) for e in cross_unit_edges(graph, ops.unit_of))
+    n_groups = max(1, min(options.max_groups, 20 * cluster.n_devices))
+    with seeded(seed):
+        grouper = Grouper(N_FEATURES, n_groups, options.grouper_hidden_size)
+        placer = Seq2SeqPlacer(2 * n_groups + MAX_KINDS + 1, cluster.n_devices, options.hidden_size,
+                               bidirectional=True, tanh_constant=options.tanh_constant)
+    policy = torch.nn.ModuleDict({"grouper": grouper, "placer": placer})
+
+    def sample(k, generator, noise_std):
+        parts = []
+        for share in np.array_split(np.arange(k), min(options.groupings_per_update, k)):
+            grouping = grouper(op_features, generator, noise_std)
+            groups = grouping.actions[0]
+            embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
+            placed = placer(embedded, len(share), generator, noise_std)
+            parts.append(Sample(actions=placed.actions[:, groups], log_prob=placed.log_prob + grouping.log_prob,
+                                entropy=(placed.entropy + grouping.entropy) / 2))
+        return Sample(*(torch.cat([getattr(p, name) for p in parts]) for name in ("actions", "log_prob", "entropy")))
+
+    return reinforce(NAME, graph, cluster, ops.unit_of, policy, sample, options, seed)

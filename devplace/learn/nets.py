@@ -1,0 +1,107 @@
+"""The learners' networks (torch): the sequence-to-sequence placer with attention, and HP's Grouper.
+
+``Seq2SeqPlacer`` is the policy of ColocRL and the Placer of the Hierarchical Planner: an LSTM
+encoder reads the units' feature vectors in step order; an LSTM decoder emits one device per unit,
+its input at each step the embedding of the device it chose for the previous unit together with
+the encoding of the current unit, and its output reading the whole encoded sequence through
+content-based (additive) attention. ``Grouper`` is HP's feed-forward network: each op's features
+to a distribution over groups.
+
+Every sample draws from a ``torch.Generator`` the learner owns, so a run is a function of its seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass
+class Sample:
+    """K sampled choices, their log-probabilities (with gradient) and mean entropy per decision."""
+
+    actions: torch.Tensor    # (K, N) long
+    log_prob: torch.Tensor   # (K,)
+    entropy: torch.Tensor    # (K,)
+
+
+def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float):
+    """One choice per row: (choice, its log-probability, the row's entropy). Exploration noise is
+    Gaussian with ``noise_std`` times the logits' root-mean-square, as HP's public code adds it."""
+    if noise_std > 0:
+        scale = noise_std * logits.detach().norm() / logits.numel() ** 0.5
+        logits = logits + scale * torch.randn(logits.shape, generator=generator)
+    log_p = F.log_softmax(logits, dim=-1)
+    choice = torch.multinomial(log_p.exp().detach(), 1, generator=generator).squeeze(-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    return choice, log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1), entropy
+
+
+class Seq2SeqPlacer(nn.Module):
+    """Encoder LSTM over the units; decoder LSTM (started from the encoder's last state, fed the
+    embedding of its previous choice) with additive attention over the encoded units; device logits
+    bounded to +-``tanh_constant`` if it is > 0 (HP's public code: 1.0), so no device is ever ruled out."""
+
+    def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float):
+        super().__init__()
+        self.n_devices, self.tanh_constant, self.bidirectional = n_devices, tanh_constant, bidirectional
+        hidden = 2 * (hidden // 2) if bidirectional else hidden
+        self.embed = nn.Linear(n_features, hidden)
+        self.encoder = nn.LSTM(hidden, hidden // 2 if bidirectional else hidden, batch_first=True,
+                               bidirectional=bidirectional)
+        self.device_embed = nn.Embedding(n_devices + 1, hidden)    # the last row starts the sequence
+        self.decoder = nn.LSTMCell(hidden, hidden)
+        self.attend_memory = nn.Linear(hidden, hidden, bias=False)
+        self.attend_query = nn.Linear(hidden, hidden, bias=False)
+        self.attend_score = nn.Linear(hidden, 1, bias=False)
+        self.output = nn.Linear(2 * hidden, n_devices)
+
+    def forward(self, features: torch.Tensor, k: int, generator: torch.Generator, noise_std: float = 0.0) -> Sample:
+        """K device sequences for the (N, features) units."""
+        encoded, (h, c) = self.encoder(torch.tanh(self.embed(features)).unsqueeze(0))
+        memory = self.attend_memory(encoded).expand(k, -1, -1)
+        h = h.transpose(0, 1).reshape(1, -1).expand(k, -1)       # both directions' last states side by side
+        c = c.transpose(0, 1).reshape(1, -1).expand(k, -1)
+        previous = torch.full((k,), self.n_devices, dtype=torch.long)
+        actions, log_probs, entropies = [], [], []
+        for _ in range(features.shape[0]):
+            h, c = self.decoder(self.device_embed(previous), (h, c))
+            scores = self.attend_score(torch.tanh(memory + self.attend_query(h).unsqueeze(1))).squeeze(-1)
+            context = (F.softmax(scores, -1).unsqueeze(-1) * memory).sum(1)
+            logits = self.output(torch.cat([h, context], -1))
+            if self.tanh_constant > 0:
+                logits = torch.tanh(logits) * self.tanh_constant
+            previous, log_p, entropy = _draw(logits, generator, noise_std)
+            actions.append(previous)
+            log_probs.append(log_p)
+            entropies.append(entropy)
+        return Sample(torch.stack(actions, 1), torch.stack(log_probs, 1).sum(1), torch.stack(entropies, 1).mean(1))
+
+
+class Grouper(nn.Module):
+    """Feed-forward: per-op features -> ``hidden`` -> a logit per group (two linear maps, as in HP's public code)."""
+
+    def __init__(self, n_features: int, n_groups: int, hidden: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(n_features, hidden), nn.Linear(hidden, n_groups))
+
+    def forward(self, features: torch.Tensor, generator: torch.Generator, noise_std: float = 0.0) -> Sample:
+        """One grouping: a group per op (as a batch of one)."""
+        groups, log_p, entropy = _draw(self.net(features), generator, noise_std)
+        return Sample(groups.unsqueeze(0), log_p.sum().unsqueeze(0), entropy.mean().unsqueeze(0))
+
+
+def group_features(groups: torch.Tensor, n_groups: int, kind_counts: torch.Tensor, output_bytes: torch.Tensor,
+                   edge_src: torch.Tensor, edge_dst: torch.Tensor) -> torch.Tensor:
+    """HP's group embedding, from a sampled grouping: per group its rows of the group adjacency matrix
+    (edges to each group, edges from each group), the count of each op kind and log(1 + output bytes),
+    each row divided by (its largest entry + 1) as the public code does; (n_groups, 2 G + kinds + 1)."""
+    counts = torch.zeros(n_groups, kind_counts.shape[1]).index_add_(0, groups, kind_counts)
+    output = torch.zeros(n_groups).index_add_(0, groups, output_bytes)
+    adjacency = torch.zeros(n_groups * n_groups).index_add_(
+        0, groups[edge_src] * n_groups + groups[edge_dst], torch.ones(len(edge_src))).view(n_groups, n_groups)
+    rows = torch.cat([adjacency, adjacency.T, counts, torch.log1p(output).unsqueeze(1)], 1)
+    return rows / (rows.amax(1, keepdim=True) + 1.0)

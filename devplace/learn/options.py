@@ -1,0 +1,50 @@
+"""The options every learning placer takes: budget, rollouts, checkpoints, log, reward, REINFORCE knobs.
+
+Each learner subclasses ``LearnerOptions`` as its one frozen dataclass of hyper-parameters,
+overriding the defaults its paper (or the authors' public code) gives and saying where each comes
+from; ``devplace algos --json`` lists them all, and ``devplace.place`` checks them by name and type.
+
+Budgets: ``samples`` (simulated placements) is the default stop and makes a run reproducible;
+``time_budget_s`` may end it earlier (then the result depends on the machine's speed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from devplace.placers.options import option
+
+
+@dataclass(frozen=True)
+class LearnerOptions:
+    samples: int = option(2000, "placements to simulate in all (the budget; makes runs reproducible)")
+    time_budget_s: float | None = option(None, "stop after this many seconds of training (None: samples only)")
+    workers: int = option(1, "processes (or Ray workers) that simulate each batch")
+    ray: bool = option(False, "simulate on a local Ray instance with `workers` CPUs (pip install devplace[ray])")
+    ray_address: str = option("", "simulate on the Ray cluster at this address (e.g. auto, ray://host:10001)")
+    checkpoint: str = option("", "save the training state to this file every `checkpoint_every` updates")
+    checkpoint_every: int = option(10, "updates between checkpoints")
+    resume: bool = option(False, "continue from `checkpoint` if it exists (same graph, cluster, seed, options)")
+    log: str = option("", "write the training log to this CSV file and its curve beside it (.png)")
+    failing_step_s: float = option(100.0, "step time, in seconds, a placement that does not fit scores "
+                                          "(Hierarchical Planner public code: 100)")
+    oom_penalty_s_per_gib: float = option(0.0, "if > 0: an overflowing placement scores its step time plus this "
+                                               "many seconds per GiB over, instead of the failing step time")
+    samples_per_update: int = option(4, "placements sampled per policy update (K)")
+    hidden_size: int = option(256, "LSTM and embedding width")
+    tanh_constant: float = option(1.0, "if > 0: device logits are tanh(x) times this, so no device is ever ruled out")
+    learning_rate: float = option(0.1, "Adam learning rate")
+    lr_decay: float = option(1.0, "multiply the learning rate by this every `lr_decay_every` updates")
+    lr_decay_every: int = option(50, "updates between learning-rate decays")
+    lr_decay_start: int = option(0, "update at which the decay begins")
+    grad_clip: float = option(1.0, "clip the gradient's global norm to this (0: no clipping)")
+    baseline_decay: float = option(0.9, "moving-average baseline: b <- decay * b + (1 - decay) * mean reward")
+    logit_noise_std: float = option(0.0, "Gaussian noise added to the policy's logits while exploring")
+    noise_updates: int = option(0, "updates during which the logit noise is added")
+
+
+def learning_rate_at(options: LearnerOptions, update: int) -> float:
+    """The staircase schedule: ``lr * decay ** ((update - start) // every)`` from ``start`` on."""
+    if update < options.lr_decay_start:
+        return options.learning_rate
+    return options.learning_rate * options.lr_decay ** ((update - options.lr_decay_start) // options.lr_decay_every)

@@ -1,0 +1,197 @@
+"""The REINFORCE loop every learning placer runs (torch): sample, simulate, update, checkpoint, log.
+
+One update, as both ColocRL and the Hierarchical Planner train:
+
+1. the policy samples K placements of the units (``samples_per_update``), drawing from a
+   ``torch.Generator`` seeded by the run's seed;
+2. the evaluator (``rollouts``) simulates them; the reward is minus the square root of each step
+   time in seconds (``env.Reward``);
+3. the loss is ``-mean_k((R_k - b) * log p(placement_k))`` with ``b`` the moving-average baseline;
+   Adam takes one step (learning rate on the staircase schedule, gradient norm clipped);
+4. the baseline moves: ``b <- decay * b + (1 - decay) * mean_k R_k``.
+
+The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
+at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
+written to ``checkpoint``; ``resume`` continues from it and ends exactly where an uninterrupted run
+with the same seed ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from devplace import progress
+from devplace.errors import DevplaceError, OutOfMemoryError
+from devplace.fileio import write_bytes_atomic
+from devplace.learn.env import GIB, Reward
+from devplace.learn.log import write_log
+from devplace.learn.nets import Sample
+from devplace.learn.options import LearnerOptions, learning_rate_at
+from devplace.learn.rollouts import evaluator
+from devplace.placement import Placement, graph_fingerprint
+
+# options that change how a run is carried out, not what it computes: a checkpoint resumes under any of them
+RUN_CONTROL = ("samples", "time_budget_s", "workers", "ray", "ray_address", "checkpoint", "checkpoint_every",
+               "resume", "log")
+
+
+@contextmanager
+def seeded(seed: int):
+    """Build networks inside: their initial parameters depend on ``seed`` only (global RNG restored after)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextmanager
+def one_thread():
+    """Run torch on one thread inside: the policy's matrices are small, so a second thread only adds
+    synchronisation (several times slower on a busy 2-core machine), and rollout workers want the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclasses.dataclass
+class _State:
+    update: int = 0
+    samples: int = 0
+    wall_s: float = 0.0
+    baseline: float | None = None
+    best_step_us: float = math.inf
+    best_units: np.ndarray | None = None
+    least_over_bytes: float = math.inf
+    least_peak_bytes: np.ndarray | None = None
+    rows: list = dataclasses.field(default_factory=list)
+
+
+def _identity(name, graph, cluster, seed, options) -> dict:
+    """What a checkpoint must match to be resumed: the learner, graph, cluster, seed and learning options."""
+    learning = {k: v for k, v in dataclasses.asdict(options).items() if k not in RUN_CONTROL}
+    return {"algo": name, "graph": graph_fingerprint(graph.names), "devices": list(cluster.device_names),
+            "seed": seed, "options": learning}
+
+
+def _save(path, identity, policy, optimizer, generator, state: _State) -> None:
+    buffer = io.BytesIO()
+    torch.save({"identity": identity, "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state(), "state": dataclasses.asdict(state)}, buffer)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def _load(path, identity, policy, optimizer, generator) -> _State:
+    try:
+        saved = torch.load(path, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line answer
+        raise DevplaceError(f"cannot read checkpoint {str(path)!r} ({type(exc).__name__}): delete it or "
+                            f"run without resume") from None
+    if saved.get("identity") != identity:
+        differs = [k for k in identity if saved.get("identity", {}).get(k) != identity[k]]
+        raise DevplaceError(f"checkpoint {str(path)!r} is of another run (its {', '.join(differs)} differ): "
+                            f"give another checkpoint path or run without resume")
+    policy.load_state_dict(saved["policy"])
+    optimizer.load_state_dict(saved["optimizer"])
+    generator.set_state(saved["generator"])
+    return _State(**saved["state"])
+
+
+def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module,
+              sample: Callable[[int, torch.Generator, float], Sample], options: LearnerOptions,
+              seed: int) -> Placement:
+    """Train ``policy`` (whose ``sample(k, generator, noise_std)`` gives K device rows per unit) and
+    return the best placement that fits, with the run's figures in ``Placement.options``."""
+    if options.samples < 1 or options.samples_per_update < 1:
+        raise DevplaceError(f"{name}: options samples and samples_per_update must be at least 1")
+    reward = Reward(options.failing_step_s, options.oom_penalty_s_per_gib)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
+    generator = torch.Generator().manual_seed(seed)
+    identity = _identity(name, graph, cluster, seed, options)
+    checkpoint = Path(options.checkpoint) if options.checkpoint else None
+    if options.resume and checkpoint is None:
+        raise DevplaceError(f"{name}: option resume needs option checkpoint=PATH")
+    state = _State()
+    if options.resume and checkpoint.exists():
+        state = _load(checkpoint, identity, policy, optimizer, generator)
+    began = time.perf_counter() - state.wall_s
+    stopped_by = "samples"
+    task = progress.current()
+    task.begin(name, total=options.samples)
+    with one_thread(), evaluator(graph, cluster, unit_of, workers=options.workers, ray=options.ray,
+                                 ray_address=options.ray_address) as rollouts:
+        while state.samples < options.samples:
+            if options.time_budget_s is not None and time.perf_counter() - began >= options.time_budget_s:
+                stopped_by = "time"
+                break
+            k = min(options.samples_per_update, options.samples - state.samples)
+            noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
+            drawn = sample(k, generator, noise)
+            unit_devices = drawn.actions.numpy()
+            outcomes = rollouts.evaluate(unit_devices)
+            rewards = reward(outcomes)
+            if state.baseline is None:
+                state.baseline = float(rewards.mean())
+            advantage = torch.as_tensor(rewards - state.baseline, dtype=torch.float32)
+            loss = -(advantage * drawn.log_prob).mean()
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate_at(options, state.update)
+            optimizer.zero_grad()
+            loss.backward()
+            if options.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
+            optimizer.step()
+            state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
+            _keep_best(state, unit_devices, outcomes)
+            state.update += 1
+            state.samples += k
+            state.wall_s = time.perf_counter() - began
+            state.rows.append({"update": state.update, "wall_s": round(state.wall_s, 3), "samples": state.samples,
+                               "best_step_us": state.best_step_us, "mean_step_us": float(outcomes.step_us.mean()),
+                               "entropy": float(drawn.entropy.detach().mean()), "loss": float(loss.detach())})
+            if checkpoint is not None and state.update % options.checkpoint_every == 0:
+                _save(checkpoint, identity, policy, optimizer, generator, state)
+            task.update(state.samples, best_step_us=state.best_step_us if state.best_units is not None else None)
+    task.end()
+    if checkpoint is not None:
+        _save(checkpoint, identity, policy, optimizer, generator, state)
+    if options.log and state.rows:
+        write_log(options.log, state.rows, f"{name} on {graph.meta.get('name', 'graph')} ({cluster.name})")
+    if state.best_units is None:
+        raise _nothing_fits(name, cluster, state)
+    devices = np.asarray(state.best_units, dtype=np.int64)[unit_of]
+    return Placement(devices=devices, options={
+        "updates": state.update, "samples_simulated": state.samples, "stopped_by": stopped_by,
+        "train_s": round(state.wall_s, 3), "step_us": state.best_step_us, "units": int(unit_of.max()) + 1,
+    })
+
+
+def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> None:
+    fits = np.flatnonzero(~outcomes.oom)
+    if len(fits):
+        i = int(fits[np.argmin(outcomes.step_us[fits])])
+        if outcomes.step_us[i] < state.best_step_us:
+            state.best_step_us, state.best_units = float(outcomes.step_us[i]), unit_devices[i].copy()
+    i = int(np.argmin(outcomes.over_bytes))
+    if outcomes.over_bytes[i] < state.least_over_bytes:
+        state.least_over_bytes, state.least_peak_bytes = float(outcomes.over_bytes[i]), outcomes.peak_memory_bytes[i]
+
+
+def _nothing_fits(name: str, cluster, state: _State) -> OutOfMemoryError:
+    peaks = ", ".join(f"{d.name!r} {p / GIB:.3f} of {m / GIB:.3f} GiB"
+                      for d, p, m in zip(cluster.devices, state.least_peak_bytes, cluster.memory_bytes))
+    return OutOfMemoryError(
+        f"{name} sampled {state.samples} placements and none fits memory: the least overflow is "
+        f"{state.least_over_bytes / GIB:.3f} GiB (peak per device: {peaks}); raise samples, set "
+        f"oom_penalty_s_per_gib=1 to steer towards fitting, or give the devices more memory"
+    )

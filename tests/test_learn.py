@@ -1,0 +1,278 @@
+"""Learning placers: the environment, rollouts, and that ColocRL and HP learn, reproducibly."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import devplace as dp
+from devplace.cluster import Cluster, Device, uniform_cluster, uniform_links
+from devplace.errors import DevplaceError, OutOfMemoryError
+from devplace.graph import GraphBuilder
+from devplace.learn.env import GIB, Outcomes, PlacementEnv, Reward
+from devplace.learn.features import N_FEATURES, unit_features
+from devplace.learn.rollouts import evaluator
+from devplace.placers import available
+from devplace.progress import Reporter, reporting
+
+FAST = dict(hidden_size=32, samples_per_update=4)          # small networks: each test runs in seconds
+HP_FAST = FAST | dict(grouper_hidden_size=16, max_groups=8, noise_updates=0)
+
+
+def two_chains(stages: int = 3, compute_us: dict | None = None) -> dp.OpGraph:
+    """Two independent chains of diamonds (x -> y, x -> z, y -> next x, z -> next x), heavy edges.
+
+    Only the forks have two consumers, so the chains do not collapse to one unit each."""
+    compute_us = compute_us or {"gpu": 100.0}
+    b = GraphBuilder(list(compute_us))
+    for chain in "ab":
+        for i in range(stages):
+            for part in "xyz":
+                b.add_op(f"{chain}{i}{part}", compute_us=compute_us, output_bytes=1e6, persistent_bytes=1e6)
+            b.add_edge(f"{chain}{i}x", f"{chain}{i}y", bytes=1e6)
+            b.add_edge(f"{chain}{i}x", f"{chain}{i}z", bytes=1e6)
+            if i:
+                b.add_edge(f"{chain}{i - 1}y", f"{chain}{i}x", bytes=1e6)
+                b.add_edge(f"{chain}{i - 1}z", f"{chain}{i}x", bytes=1e6)
+    return b.build()
+
+
+SLOW_LINK = uniform_cluster(2, latency_us=1000.0, bandwidth_bytes_per_us=1e4)
+
+
+def test_env_expands_units_and_scores_a_batch_like_single_simulations():
+    g = two_chains()
+    units = np.arange(g.n_ops) // 3
+    env = PlacementEnv(g, SLOW_LINK, units)
+    batch = np.random.default_rng(0).integers(0, 2, size=(5, env.n_units))
+    outcomes = env.evaluate(batch)
+    for row, step in zip(batch, outcomes.step_us):
+        assert step == dp.simulate(g, SLOW_LINK, row[units]).step_time_us
+    assert outcomes.peak_memory_bytes.shape == (5, 2) and not outcomes.oom.any()
+
+
+def test_env_flags_out_of_memory_and_reward_follows_the_papers():
+    g = two_chains()
+    tight = uniform_cluster(2, memory_bytes=12e6, latency_us=1000.0)      # one chain fits a device, two do not
+    env = PlacementEnv(g, tight, np.arange(g.n_ops))
+    both = env.evaluate(np.array([np.zeros(g.n_ops, dtype=int), [0 if n < "b" else 1 for n in g.names]]))
+    assert both.oom.tolist() == [True, False] and both.over_bytes[0] > 0
+    reward = Reward(failing_step_s=100.0)
+    assert reward(both).tolist() == pytest.approx([-10.0, -np.sqrt(both.step_us[1] / 1e6)])
+    graded = Reward(oom_penalty_s_per_gib=2.0).cost_s(both)
+    assert graded[0] == pytest.approx(both.step_us[0] / 1e6 + 2.0 * both.over_bytes[0] / GIB)
+
+
+def test_features_describe_kinds_size_and_adjacency():
+    g = two_chains()
+    f = unit_features(g, np.arange(g.n_ops))
+    assert f.shape == (g.n_ops, N_FEATURES) and np.isfinite(f).all()
+    assert f[0, -4] > 0 and f[0, -5] == 0       # the first op writes to others and reads from none
+
+
+def test_local_workers_split_the_batch_and_keep_its_order():
+    g = two_chains()
+    units = np.arange(g.n_ops)
+    batch = np.random.default_rng(1).integers(0, 2, size=(7, g.n_ops))
+    with evaluator(g, SLOW_LINK, units) as here, evaluator(g, SLOW_LINK, units, workers=3) as there:
+        a, b = here.evaluate(batch), there.evaluate(batch)
+    assert isinstance(b, Outcomes)
+    assert a.step_us.tolist() == b.step_us.tolist() and (a.peak_memory_bytes == b.peak_memory_bytes).all()
+
+
+def test_learners_are_registered_with_options_but_not_in_default_compare():
+    from devplace.compare import default_algos
+
+    info = available()
+    for name in ("colocrl", "hp"):
+        assert not info[name].by_default
+        names = {o["name"] for o in info[name].describe()["options"]}
+        assert {"samples", "time_budget_s", "workers", "ray", "checkpoint", "resume", "log"} <= names
+        assert name not in default_algos()
+    assert info["hp"].options().hidden_size == 512 and info["hp"].options().lr_decay_start == 400
+
+
+def test_importing_devplace_and_algorithmic_placing_stay_torch_free():
+    code = ("import sys, devplace as dp\n"
+            "from devplace.placers import available\n"
+            "names = available()\n"
+            "g = dp.load_graph(dp.example_path('gnmt_layers_training.json'))\n"
+            "c = dp.load_cluster('baechi-4x2080')\n"
+            "dp.simulate(g, c, dp.place(g, c, algo='m-etf'))\n"
+            "assert 'colocrl' in names and 'hp' in names\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def fast_and_slow() -> Cluster:
+    """One fast device, one ten times slower, and a link that costs more than an op."""
+    latency, bandwidth = uniform_links(2, 1000.0, 1e4)
+    return Cluster(name="fast+slow", devices=[Device("fast0", "fast", 8e9), Device("slow0", "slow", 8e9)],
+                   comm_model="parallel", latency_us=latency, bandwidth_bytes_per_us=bandwidth, op_gap_us=0.0,
+                   send_overhead_us=np.zeros((2, 2)), recv_overhead_us=np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("algo, options", [
+    ("colocrl", FAST | dict(learning_rate=0.01)),
+    ("hp", HP_FAST | dict(max_groups=16)),       # 2^-16 to place 16 groups right by chance
+])
+def test_learner_reaches_the_known_optimum_that_random_search_and_an_untrained_policy_miss(algo, options):
+    """Two chains of 18 ops each, a fast and a slow device: the optimum is every op on the fast one
+    (a slow op costs 900 us more, a transfer 1 ms), 3.6 ms; a random placement has half the ops slow."""
+    g = two_chains(6, {"fast": 100.0, "slow": 1000.0})
+    cluster, budget, optimum_us = fast_and_slow(), 240, 36 * 100.0
+    assert dp.simulate(g, cluster, np.zeros(g.n_ops, dtype=int)).step_time_us == optimum_us
+    random_best = min(dp.simulate(g, cluster, dp.place(g, cluster, algo="random", seed=s)).step_time_us
+                      for s in range(budget))
+    trained = dp.place(g, cluster, algo=algo, seed=0, samples=budget, **options)
+    untrained = dp.place(g, cluster, algo=algo, seed=0, samples=budget, **(options | dict(learning_rate=0.0)))
+    assert dp.simulate(g, cluster, trained).step_time_us == optimum_us
+    assert trained.options["samples_simulated"] == budget
+    assert dp.simulate(g, cluster, untrained).step_time_us > optimum_us and random_best > optimum_us
+
+
+def test_no_feasible_placement_is_one_line_naming_the_shortfall():
+    g = two_chains()
+    tiny = uniform_cluster(2, memory_bytes=1e6)
+    for algo in ("colocrl", "hp"):
+        with pytest.raises(OutOfMemoryError, match=f"{algo} cannot fit the step.*GiB") as caught:
+            dp.place(g, tiny, algo=algo, samples=4)
+        assert "\n" not in str(caught.value)
+
+
+def test_bad_learner_options_are_refused_by_name():
+    g = two_chains()
+    with pytest.raises(DevplaceError, match="'samples' of placer 'colocrl' must be int"):
+        dp.place(g, SLOW_LINK, algo="colocrl", samples="many")
+    with pytest.raises(DevplaceError, match="resume needs option checkpoint"):
+        dp.place(g, SLOW_LINK, algo="colocrl", samples=4, resume=True, **FAST)
+    with pytest.raises(DevplaceError, match="workers is 0"):
+        dp.place(g, SLOW_LINK, algo="colocrl", samples=4, workers=0, **FAST)
+
+
+class Killed(Exception):
+    pass
+
+
+class KillAfter(Reporter):
+    """Raises in the middle of training, as a killed process would stop."""
+
+    def __init__(self, updates: int):
+        self.updates = updates
+
+    def update(self, done, *, best_step_us=None, note=""):
+        self.updates -= 1
+        if self.updates == 0:
+            raise Killed
+
+
+def _final_state(path):
+    import torch
+
+    saved = torch.load(path, weights_only=False)
+    return saved["policy"], saved["state"]
+
+
+def _same_parameters(a, b) -> bool:
+    return a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def _train(tmp_path, name, algo="colocrl", **options):
+    checkpoint = str(tmp_path / f"{name}.pt")
+    placed = dp.place(two_chains(), SLOW_LINK, algo=algo, seed=3, checkpoint=checkpoint, **options)
+    return placed, *_final_state(checkpoint)
+
+
+RUN = FAST | dict(samples=40, checkpoint_every=2)
+
+
+@pytest.mark.parametrize("algo, options", [("colocrl", RUN), ("hp", RUN | HP_FAST | dict(noise_updates=4))])
+def test_killed_and_resumed_run_ends_exactly_like_an_uninterrupted_one(tmp_path, algo, options):
+    whole, whole_params, whole_state = _train(tmp_path, "whole", algo, **options)
+    with reporting(KillAfter(7)), pytest.raises(Killed):
+        _train(tmp_path, "part", algo, **options)
+    assert _final_state(tmp_path / "part.pt")[1]["update"] == 6       # the last checkpoint before the kill
+    resumed, params, state = _train(tmp_path, "part", algo, resume=True, **options)
+    assert resumed.devices.tolist() == whole.devices.tolist()
+    assert _same_parameters(params, whole_params)
+    assert state["update"] == whole_state["update"] == 10
+    assert [r["loss"] for r in state["rows"]] == [r["loss"] for r in whole_state["rows"]]
+
+
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path):
+    _train(tmp_path, "run", **RUN)
+    with pytest.raises(DevplaceError, match="is of another run .*options"):
+        _train(tmp_path, "run", resume=True, **(RUN | dict(learning_rate=0.5)))
+
+
+def test_one_or_two_local_workers_train_the_same_policy(tmp_path):
+    one, one_params, _ = _train(tmp_path, "one", **RUN)
+    two, two_params, _ = _train(tmp_path, "two", workers=2, **RUN)
+    assert one.devices.tolist() == two.devices.tolist() and _same_parameters(one_params, two_params)
+
+
+@pytest.mark.slow
+def test_ray_with_two_cpus_trains_the_same_policy(tmp_path):
+    pytest.importorskip("ray")
+    here, here_params, _ = _train(tmp_path, "here", **RUN)
+    ray, ray_params, _ = _train(tmp_path, "ray", ray=True, workers=2, **RUN)
+    assert here.devices.tolist() == ray.devices.tolist() and _same_parameters(here_params, ray_params)
+
+
+def test_training_log_has_a_row_per_update_and_a_curve(tmp_path):
+    import csv
+
+    log = tmp_path / "log" / "colocrl.csv"
+    placed = dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=22, log=str(log), **FAST)
+    rows = list(csv.DictReader(log.open()))
+    assert len(rows) == placed.options["updates"] == 6                  # five of 4 samples, then one of 2
+    assert [int(r["samples"]) for r in rows][-2:] == [20, 22]
+    best = [float(r["best_step_us"]) for r in rows]
+    assert best == sorted(best, reverse=True) and best[-1] == placed.options["step_us"]
+    assert log.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("algo, options", [
+    ("colocrl", FAST | dict(learning_rate=0.01)),
+    ("hp", HP_FAST | dict(max_groups=256)),      # HP's own learning rate (0.1) and logit bound
+])
+def test_mean_sampled_step_time_falls_over_updates_on_a_zoo_graph(tmp_path, algo, options):
+    import csv
+
+    from devplace.torchcapture import profile_target
+
+    cluster = dp.load_cluster("baechi-4x2080")
+    graph = profile_target("zoo:mlp:preset=small", cost="roofline", cluster=cluster)
+    log = tmp_path / "log.csv"
+    dp.place(graph, cluster, algo=algo, seed=0, samples=160, log=str(log), **options)
+    mean = [float(r["mean_step_us"]) for r in csv.DictReader(log.open())]
+    first, last = np.mean(mean[:10]), np.mean(mean[-10:])
+    assert last < 0.5 * first, (first, last)
+
+
+def test_cli_places_with_a_learner_and_shows_progress(tmp_path):
+    import json
+
+    out = tmp_path / "p.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "devplace.cli", "place", str(dp.example_path("gnmt_layers_training.json")),
+         "--algo", "colocrl", "--option", "samples=8", "--option", "hidden_size=16", "--output", str(out), "--json"],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["algorithm"] == "colocrl" and summary["step_time_us"] > 0 and out.exists()
+    assert "[colocrl] 4/8" in done.stderr
+
+
+def test_hp_shares_the_k_placements_among_several_groupings(tmp_path):
+    import csv
+
+    logs = {}
+    for m in (1, 2):
+        log = tmp_path / f"m{m}.csv"
+        dp.place(two_chains(), SLOW_LINK, algo="hp", seed=0, samples=8, groupings_per_update=m, log=str(log), **HP_FAST)
+        logs[m] = [float(r["entropy"]) for r in csv.DictReader(log.open())]
+    assert len(logs[1]) == len(logs[2]) == 2 and logs[1][0] != logs[2][0]   # other groupings, other entropy
