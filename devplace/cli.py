@@ -156,6 +156,8 @@ def parse_options(pairs: list[str]) -> dict:
         if "=" not in pair:
             raise DevplaceError(f"--option {pair!r} must look like key=value")
         key, value = pair.split("=", 1)
+        if key.strip() == "seed":
+            raise DevplaceError(f"--option {pair!r}: the seed is not a placer option, give it as --seed")
         try:
             options[key.strip().replace("-", "_")] = json.loads(value)
         except json.JSONDecodeError:
@@ -183,6 +185,16 @@ def parse_scoped_options(pairs: list[str], specs: list[str]) -> dict[str, dict]:
         for spec in rows:
             options[spec] |= parse_options([rest])
     return options
+
+
+def check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**63:
+        raise DevplaceError(f"--seed {seed} must be a whole number from 0 to 2**63-1")
+
+
+def check_has_ops(graph, target: str) -> None:
+    if graph.n_ops == 0:
+        raise DevplaceError(f"{target!r} has no ops: there is nothing to place")
 
 
 # ------------------------------------------------------------------------ commands
@@ -350,7 +362,9 @@ def place(
     from devplace.progress import showing_progress
     from devplace.sim import simulate as run_simulation
 
+    check_seed(seed)
     graph, target = load_graph_and_cluster(graph_path, cluster, memory_fraction)
+    check_has_ops(graph, graph_path)
     with showing_progress(err_console):
         placement = run_placer(graph, target, algo=algo, seed=seed, **parse_options(option))
     placement.save(output, graph)
@@ -426,10 +440,14 @@ def compare(
     from devplace.compare import default_algos
     from devplace.progress import showing_progress
 
-    names = [a.strip() for a in algos.split(",") if a.strip()] if algos else default_algos()
+    names = [a.strip() for a in algos.split(",") if a.strip()] if algos is not None else default_algos()
+    if not names:
+        raise DevplaceError(f"--algos {algos!r} names no placer: give comma-separated names (see `devplace algos`)")
+    check_seed(seed)
     options = parse_scoped_options(option, names)  # a misspelt placer fails before a long capture
     status = err_console if as_json else console
     graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
+    check_has_ops(graph, target)
     finished: list[str] = []
     with showing_progress(status):
         def progress(row):
@@ -516,16 +534,30 @@ def run(
     from devplace.execute import run as execute
     from devplace.execute.distributed import under_torchrun
 
+    from devplace.execute import BACKENDS
+
+    # every option is checked before the capture, which takes seconds
+    if backend not in BACKENDS:
+        raise DevplaceError(f"unknown --backend {backend!r}: use {' or '.join(BACKENDS)}")
+    if steps < 1 or warmup < 0:
+        raise DevplaceError(f"--steps must be >= 1 and --warmup >= 0, not {steps} and {warmup}")
+    if not 0 < timeout < 1e9:
+        raise DevplaceError(f"--timeout must be a number of seconds > 0, not {timeout}")
     if cost not in ("executed", "measured"):
         raise DevplaceError(f"unknown --cost {cost!r}: use executed or measured")
     if cost == "executed" and any(not d.startswith("cpu") for d in device):
         raise DevplaceError("--cost executed times ops on the CPU: use --cost measured with other devices")
+    from devplace.cluster import load_cluster
+    from devplace.placement import Placement
+
+    placement = Placement.load(placement_path)
+    machine = None if cluster is None else load_cluster(cluster)
     prepared = prepare(target, cost=cost)
     if cluster is None and not (backend == "distributed" and under_torchrun()):
         err_console.print("no --cluster: calibrating this machine's devices and links first (about 15 s on 2 "
                           "devices, longer with more; `devplace calibrate -o C.toml` once, then --cluster C.toml)",
                           highlight=False, soft_wrap=True)
-    result = execute(target, placement_path, cluster=cluster, backend=backend, steps=steps, warmup=warmup,
+    result = execute(target, placement, cluster=machine, backend=backend, steps=steps, warmup=warmup,
                      devices=device or None, timeout_s=timeout, prepared=prepared, timeline=trace is not None)
     if result is None:  # a torchrun rank other than 0
         return

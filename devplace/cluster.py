@@ -218,9 +218,15 @@ def load_cluster(name_or_path: "str | Path") -> Cluster:
     text_name = str(name_or_path)
     path = Path(text_name)
     if path.suffix == ".toml" or path.exists():
+        if path.is_dir():
+            raise ClusterError(f"cluster file {text_name!r} is a directory: give a .toml file")
         if not path.is_file():
             raise ClusterError(f"cluster file {text_name!r} does not exist")
-        source = path.read_text()
+        try:
+            source = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ClusterError(f"cluster file {text_name!r} is not a UTF-8 text (TOML) file: byte {exc.start} "
+                               f"cannot be read") from None
         default_name = path.stem
     else:
         if text_name not in preset_names():
@@ -245,6 +251,8 @@ def _number(table: dict, key: str, where: str, default: float | None = None) -> 
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ClusterError(f"{where} field {key!r} must be a number, not {value!r}")
+    if not MAX_FIGURE >= abs(value):  # also NaN and inf
+        raise ClusterError(f"{where} field {key!r} must be >= 0 and finite (at most {MAX_FIGURE:g}), not {value!r}")
     return float(value)
 
 
@@ -268,6 +276,11 @@ def _link(table: dict, where: str, extra: tuple[str, ...] = ()) -> tuple[float, 
         raise ClusterError(f"{where} field 'bandwidth_bytes_per_us' must be > 0, not {bandwidth!r}")
     return latency, bandwidth, send, recv
 
+
+# Largest figure a cluster file may give: sums and products of figures stay finite in float64.
+MAX_FIGURE = 1e30
+# Most devices a cluster may have: the simulator keeps n x n link matrices (4096: 128 MiB each).
+MAX_DEVICES = 4096
 
 TOP_FIELDS = ("name", "description", "comm_model", "op_gap_us", "devices", "links")
 DEVICE_FIELDS = ("name", "kind", "model", "count", "memory_gib", "memory_bytes", "peak_tflops", "peak_tflops_bf16",
@@ -301,6 +314,9 @@ def cluster_from_dict(spec: dict, default_name: str = "cluster") -> Cluster:
         if not (count >= 1 and count.is_integer()):
             raise ClusterError(f"{where} field 'count' must be a whole number >= 1, not {entry['count']!r}")
         count = int(count)
+        if len(devices) + count > MAX_DEVICES:
+            raise ClusterError(f"{where} field 'count' = {count} makes more than {MAX_DEVICES} devices, the most devplace "
+                               f"simulates (its link matrices are devices x devices)")
         base = str(entry.get("name", entry["kind"]))
         if "memory_gib" in entry and "memory_bytes" in entry:
             raise ClusterError(f"{where} gives both 'memory_gib' and 'memory_bytes': keep one")

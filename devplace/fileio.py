@@ -6,10 +6,30 @@ import os
 import tempfile
 from pathlib import Path
 
+from devplace.errors import DevplaceError
+
 
 def write_bytes_atomic(path: "str | Path", data: bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename it into place."""
+    """Write to a temporary file beside ``path``, then rename it into place. A failure is a
+    DevplaceError naming ``path`` (not the temporary file) and why."""
     path = Path(path)
+    try:
+        _write(path, data)
+    except OSError as exc:
+        raise DevplaceError(f"cannot write {str(path)!r}: {_why(path, exc)}") from None
+
+
+def _why(path: Path, exc: OSError) -> str:
+    """What stops ``path`` being written, in the user's terms."""
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            return f"{str(parent)!r} is a file, not a folder"
+    if path.is_dir():
+        return "it is a folder"
+    return exc.strerror or type(exc).__name__
+
+
+def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -77,6 +77,15 @@ class Placement:
                 f"op {graph.names[i]!r} is placed on device {int(self.devices[i])}, but cluster "
                 f"{cluster.name!r} has devices 0-{cluster.n_devices - 1}"
             )
+        if self.device_names is not None:
+            used = np.unique(self.devices)
+            other = next((int(d) for d in used if d < len(self.device_names)
+                          and self.device_names[d] != cluster.device_names[d]), None)
+            if other is not None:
+                raise PlacementError(
+                    f"the placement puts ops on device {other} {self.device_names[other]!r}, but device {other} of "
+                    f"cluster {cluster.name!r} is {cluster.device_names[other]!r}: it was made for another cluster"
+                )
         if self.priority is not None and not np.isfinite(self.priority).all():
             raise PlacementError("the placement's priorities must be finite numbers")
 
@@ -109,7 +118,6 @@ class Placement:
             "version": VERSION,
             "algorithm": self.algorithm,
             "options": self.options,
-            "placement_time_s": self.placement_time_s,
             "n_ops": len(self.devices),
             "graph_fingerprint": graph_fingerprint(graph.names) if graph is not None else self.graph_fingerprint,
             "device_names": self.device_names,
@@ -121,13 +129,15 @@ class Placement:
 
     def save(self, path: "str | Path", graph=None) -> None:
         """Write the placement as strict JSON: a NaN or infinity (which ``json`` would write as a bare
-        ``NaN`` no other reader accepts) is refused, naming the option that holds it."""
+        ``NaN`` no other reader accepts) is refused, naming the option that holds it. The file holds
+        no timing (``placement_time_s`` is the run's, not the placement's), so the same seed writes
+        the same bytes and placements can be diffed."""
         data = self.to_dict(graph)
         try:
             text = json.dumps(data, default=json_default, allow_nan=False)
         except ValueError:
             fields = [(f"option {key!r}", value) for key, value in self.options.items()]
-            fields += [("priority", self.priority), ("placement_time_s", self.placement_time_s)]
+            fields += [("priority", self.priority)]
             where = next(name for name, value in fields if not _finite_json(value))
             raise PlacementError(f"placement by {self.algorithm!r}: {where} is not a finite number, and JSON "
                                  f"cannot hold it: record a missing figure as None") from None
@@ -151,13 +161,20 @@ class Placement:
             raise PlacementError(f"{source} field 'priority' must be a list of numbers, one per op")
         if not isinstance(data.get("options") or {}, dict):
             raise PlacementError(f"{source} field 'options' must be an object")
-        if not _is_number(data.get("placement_time_s", 0.0)):
-            raise PlacementError(f"{source} field 'placement_time_s' must be a number of seconds")
+        if "n_ops" in data and data["n_ops"] != len(devices):
+            raise PlacementError(f"{source} field 'n_ops' is {data['n_ops']!r} but 'devices' has {len(devices)} "
+                                 f"entries: the file was edited or cut short")
+        names = data.get("device_names")
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise PlacementError(f"{source} field 'device_names' must be a list of device names")
+        bad = next((d for d in devices if d < 0 or (names is not None and d >= len(names))), None)
+        if bad is not None:
+            raise PlacementError(f"{source} field 'devices' holds device {bad}, which is not in its 'device_names'"
+                                 if bad >= 0 else f"{source} field 'devices' holds the negative device {bad}")
         return cls(
             devices=np.asarray(devices, dtype=np.int64),
             algorithm=str(data.get("algorithm", "manual")),
             options=dict(data.get("options") or {}),
-            placement_time_s=float(data.get("placement_time_s", 0.0)),
             priority=None if priority is None else np.asarray(priority, dtype=np.float64),
             device_names=data.get("device_names"),
             graph_fingerprint=data.get("graph_fingerprint"),
@@ -169,9 +186,12 @@ class Placement:
         if not path.is_file():
             raise PlacementError(f"placement file {str(path)!r} does not exist")
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
+            data = json.loads(path.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise PlacementError(f"placement file {str(path)!r} is not valid JSON: {exc}") from None
+        except (RecursionError, ValueError):
+            raise PlacementError(f"placement file {str(path)!r} cannot be read: too deeply nested or a number "
+                                 f"too long") from None
         if not isinstance(data, dict):
             raise PlacementError(f"placement file {str(path)!r} must hold one JSON object")
         return cls.from_dict(data, source=f"placement file {str(path)!r}")

@@ -221,11 +221,14 @@ def test_run_without_a_cluster_says_it_calibrates_first(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(execute, "prepare", lambda target, cost: None)
     monkeypatch.setattr(execute, "run", lambda *args, **kwargs: seen.update(kwargs))  # None: nothing to print
+    dp.Placement(devices=[0]).save(tmp_path / "p.json")  # read before the capture, so it must exist
     result = CliRunner().invoke(app, ["run", "zoo:mlp", "-p", str(tmp_path / "p.json")])
     assert result.exit_code == 0 and seen["cluster"] is None
     assert len(result.stderr.strip().splitlines()) == 1
     assert "no --cluster: calibrating this machine's devices and links first (about 15 s" in result.stderr
-    result = CliRunner().invoke(app, ["run", "zoo:mlp", "-p", str(tmp_path / "p.json"), "-c", "two.toml"])
+    (tmp_path / "two.toml").write_text('name = "two"\n[[devices]]\nkind = "cpu"\ncount = 2\nmemory_gib = 1\n'
+                                       '[links.default]\nlatency_us = 1\nbandwidth_bytes_per_us = 1\n')
+    result = CliRunner().invoke(app, ["run", "zoo:mlp", "-p", str(tmp_path / "p.json"), "-c", str(tmp_path / "two.toml")])
     assert result.exit_code == 0 and result.stderr == ""
 
 

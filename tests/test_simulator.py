@@ -613,7 +613,8 @@ def test_placement_files_round_trip_and_bad_ones_are_named(tmp_path):
     p.save(tmp_path / "p.json", graph=g)
     back = Placement.load(tmp_path / "p.json")
     assert back.devices.tolist() == [0, 1, 0] and back.priority.tolist() == [0.5, 1.0, 2.0]
-    assert (back.algorithm, back.options, back.placement_time_s) == ("m-etf", {"seed": 3}, 0.25)
+    assert (back.algorithm, back.options) == ("m-etf", {"seed": 3})
+    assert "placement_time_s" not in (tmp_path / "p.json").read_text()  # no timing: same seed, same bytes
     back.check(g, uniform_cluster(2))
     other = chain_graph([1.0, 2.0, 3.0], device_kind="gpu")
     renamed = OpGraph(**{**{k: getattr(other, k) for k in (

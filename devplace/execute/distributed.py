@@ -1,9 +1,13 @@
 """The multi-process backend: one process per device, values exchanged with torch.distributed.
 
 ``run_distributed`` launches one process per placement device on this machine
-(``torch.multiprocessing`` spawn, rendezvous on 127.0.0.1 at a free port; gloo on CPU, NCCL on
-GPU), and supervises them: a rank that raises ends the run with its error and op, a rank that
-makes no progress for ``timeout_s`` ends it as hung, and every child is killed before returning.
+(``torch.multiprocessing`` spawn; gloo on CPU, NCCL on GPU) and supervises them: a rank that raises
+ends the run with its error and op, a rank that dies (killed, crashed) is named with its signal or
+exit code and op, a rank that makes no progress for ``timeout_s`` ends it as hung, and every child is
+killed before returning. Nothing of a local run is reachable from the network: the rendezvous store
+is served by this process on a socket bound to 127.0.0.1, and gloo's connections use the loopback
+interface. Ranks ignore SIGINT (the supervisor handles Ctrl-C and stops them) and die with their
+parent (Linux parent-death signal, and a poll of the parent's pid elsewhere).
 Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) ``run_under_torchrun`` is the body each process
 runs instead, across machines.
 
@@ -22,9 +26,13 @@ from its own start) and the parts are merged.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue as queue_module
+import signal
 import socket
+import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -48,10 +56,51 @@ _OP, _WAITING_ON, _SINCE, _DONE, _JOB = range(5)
 _SLOTS = 5
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LOOPBACK = "127.0.0.1"
+# how often a rank checks that its parent is still there (where no parent-death signal exists)
+PARENT_POLL_S = 0.5
+
+
+def loopback_store(world: int, timeout_s: float):
+    """The rendezvous store, served by this process on a socket bound to the loopback address only
+    (torch's own TCPStore server listens on every interface); (store, port)."""
+    import torch.distributed as dist
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((LOOPBACK, 0))
+    listener.listen(max(world, 16))
+    port = listener.getsockname()[1]
+    store = dist.TCPStore(LOOPBACK, port, world, True, timedelta(seconds=timeout_s), wait_for_workers=False,
+                          master_listen_fd=listener.detach())
+    return store, port
+
+
+def loopback_interface() -> str | None:
+    """This machine's loopback interface name (``lo`` on Linux, ``lo0`` on macOS), for gloo."""
+    try:
+        return next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+    except OSError:
+        return None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this rank when the process that launched it is gone, so none is left orphaned: Linux's
+    parent-death signal (SIGKILL), and a thread polling the parent's pid as a fallback."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=watch, name="devplace-parent-watch", daemon=True).start()
 
 
 def restore_strides(buffer: torch.Tensor, stride: tuple | None) -> torch.Tensor:
@@ -232,15 +281,21 @@ def _run_body(rank, world, settings, status, jobs):
     return (results,)
 
 
-def _worker(rank, world, init_method, body, body_args, settings, results, status):
+def _worker(rank, world, port, body, body_args, settings, results, status):
+    die_with_parent(settings["parent_pid"])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the supervisor answers it
     torch.set_num_threads(1)
     jobs = body_args[0] if body_args and isinstance(body_args[0], list) else None
     import torch.distributed as dist
 
     try:
         backend = "nccl" if settings.get("devices") and str(settings["devices"][rank]).startswith("cuda") else "gloo"
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=settings["timeout_s"] + 60))
+        if settings.get("loopback_interface"):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", settings["loopback_interface"])
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", settings["loopback_interface"])
+        timeout = timedelta(seconds=settings["timeout_s"] + 60)
+        store = dist.TCPStore(LOOPBACK, port, world, False, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         results.put(("ready", rank))
         results.put(("done", rank, *body(rank, world, settings, status, *body_args)))
         dist.destroy_process_group()
@@ -291,20 +346,20 @@ def launch(body, per_rank_args: list[tuple], settings: dict, *, timeout_s: float
     import torch.multiprocessing as mp
 
     n_devices = len(per_rank_args)
-    settings = {**settings, "timeout_s": timeout_s}
+    settings = {**settings, "timeout_s": timeout_s, "parent_pid": os.getpid(), "loopback_interface": loopback_interface()}
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     status = ctx.Array("d", [-1.0] * (_SLOTS * n_devices), lock=False)
     for r in range(n_devices):
         status[r * _SLOTS + _DONE] = status[r * _SLOTS + _JOB] = 0
-    init_method = f"tcp://127.0.0.1:{free_port()}"
+    store, port = loopback_store(n_devices, startup_timeout_s)
     procs = []
     try:
         for rank in range(n_devices):
             p = ctx.Process(
                 target=_worker, name=f"devplace-rank{rank}", daemon=True,
-                args=(rank, n_devices, init_method, body, per_rank_args[rank], settings, results, status),
+                args=(rank, n_devices, port, body, per_rank_args[rank], settings, results, status),
             )
             p.start()
             procs.append(p)
@@ -317,6 +372,7 @@ def launch(body, per_rank_args: list[tuple], settings: dict, *, timeout_s: float
             p.join(timeout=10)
         results.close()
         results.join_thread()
+        del store
 
 
 def _supervise(procs, results, status, programs, world, timeout_s, startup_timeout_s):
@@ -339,15 +395,15 @@ def _supervise(procs, results, status, programs, world, timeout_s, startup_timeo
             elif kind == "done":
                 done[rank] = tuple(message[2:])
             else:
+                _raise_if_died(procs, status, programs, wait_s=1.0)  # a peer's death shows first as this error
                 _raise_rank_error(message, results)
             continue
         for rank, p in enumerate(procs):
             if rank not in done and p.exitcode is not None:
                 _drain_errors(results)
-                raise ExecutionError(
-                    f"rank {rank} died (exit code {p.exitcode}){_at_op(status, rank, programs)}: "
-                    f"see its output above; no other rank was left running"
-                )
+                _raise_if_died(procs, status, programs, wait_s=0.0)
+                raise ExecutionError(f"rank {rank} ended without a result (exit code {p.exitcode})"
+                                     f"{_at_op(status, rank, programs)}; the other ranks were stopped")
         if len(ready) < world:
             if now - started > startup_timeout_s:
                 missing = sorted(set(range(world)) - ready)
@@ -358,12 +414,45 @@ def _supervise(procs, results, status, programs, world, timeout_s, startup_timeo
         waiting = [r for r in range(world) if r not in done and status[r * _SLOTS + _WAITING_ON] >= 0
                    and now - status[r * _SLOTS + _SINCE] > timeout_s]
         if stalled or (waiting and len(waiting) == world - len(done)):
-            rank = stalled[0] if stalled else waiting[0]
+            stopped = [r for r in stalled + waiting if _is_stopped(procs[r].pid)]
+            rank = stopped[0] if stopped else stalled[0] if stalled else waiting[0]
             raise ExecutionError(
-                f"rank {rank} hung{_at_op(status, rank, programs)}: no progress for {timeout_s:g} s; "
-                f"all ranks were stopped (raise --timeout if the op is just slow)"
+                f"rank {rank} hung{_at_op(status, rank, programs)}: no progress for {timeout_s:g} s"
+                f"{' (its process was stopped)' if stopped else ''}; all ranks were stopped (raise --timeout if "
+                f"the op is just slow)"
             )
     return done
+
+
+def _raise_if_died(procs, status, programs, *, wait_s: float) -> None:
+    """Name a rank that ended without reporting (killed, crashed: a non-zero exit; a rank that
+    reports an error exits 0), waiting up to ``wait_s`` for one to be reaped."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for rank, p in enumerate(procs):
+            if p.exitcode:
+                how = (f"killed by {_signal_name(-p.exitcode)}" if p.exitcode < 0 else f"exit code {p.exitcode}")
+                raise ExecutionError(f"rank {rank} died ({how}){_at_op(status, rank, programs)}; "
+                                     f"the other ranks were stopped")
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP, a debugger): /proc state T or t, on Linux."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _at_op(status, rank: int, programs: list[Program] | None) -> str:

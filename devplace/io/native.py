@@ -76,21 +76,46 @@ def _column(table: dict, key: str, n: int, where: str, default=None, required: b
     return column
 
 
-def _numbers(column: list, where: str, key: str, names: list[str], allow_none: bool = False) -> np.ndarray:
-    try:
-        if allow_none:
-            return np.array([math.nan if v is None else v for v in column], dtype=np.float64)
-        values = np.array(column, dtype=np.float64)
-    except (TypeError, ValueError):
+# Largest figure a graph may give (us, bytes): sums over 100,000s of ops stay far from float64's limit.
+MAX_FIGURE = 1e30
+
+
+def _numbers(column: list, where: str, key: str, names, allow_none: bool = False) -> np.ndarray:
+    """A column of JSON numbers as float64: strings, booleans, nulls (unless ``allow_none``) and
+    finite values beyond ``MAX_FIGURE`` are refused, naming the entry (NaN and infinity are left to
+    the graph's own check, which names the op)."""
+    allowed = (int, float, type(None)) if allow_none else (int, float)
+    values = None
+    if set(map(type, column)) <= set(allowed):
+        try:
+            values = np.array([math.nan if v is None else v for v in column] if allow_none else column, dtype=np.float64)
+        except OverflowError:  # an integer beyond float range: found below
+            pass
+    if values is None or (np.abs(values[np.isfinite(values)]) > MAX_FIGURE).any():
         for i, v in enumerate(column):
-            if (v is None and not allow_none) or isinstance(v, (str, list, dict, bool)):
-                raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is {v!r}: it must be a number") from None
-        raise GraphError(f"{where} field {key!r} must hold numbers") from None
-    if np.isnan(values).any():  # numpy reads null as NaN: say which entry was null
-        for i, v in enumerate(column):
-            if v is None:
-                raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is None: it must be a number")
+            if not isinstance(v, allowed) or isinstance(v, bool):
+                raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is {_short(v)}: it must be a number")
+            if v is not None and (isinstance(v, int) or math.isfinite(v)) and abs(v) > MAX_FIGURE:
+                raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is {_short(v)}: it must be a finite "
+                                 f"number up to {MAX_FIGURE:g}")
     return values
+
+
+def _short(value) -> str:
+    """``repr`` of a bad entry, cut short (a 4,000-digit integer stays readable)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_text(strings, where: str) -> None:
+    """Refuse lone surrogates (a JSON escape such as ``\\ud800``): no file or terminal can take them."""
+    for text in strings:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise GraphError(f"{where} has the name {text.encode('utf-8', 'backslashreplace').decode()!r}, "
+                                 f"which holds a lone surrogate (an unpaired \\ud800-\\udfff escape): fix the name") from None
 
 
 def _meta(value, source: str) -> dict:
@@ -129,6 +154,7 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
         raise GraphError(f"{source} field 'ops.name' must be a list of op names")
     n = len(names)
     where = f"{source} 'ops'"
+    _check_text(names + kinds, f"{source} field 'ops.name'")
     compute = ops.get("compute_us")
     if not isinstance(compute, dict):
         raise GraphError(f"{where} is missing the field 'compute_us' (one list of times per device kind)")

@@ -6,9 +6,15 @@ import csv
 import html
 import io
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
+import matplotlib
+
 from devplace.compare import Comparison
+from devplace.errors import DevplaceError
 from devplace.fileio import write_text_atomic
 from devplace.report import plots
 from devplace.sim.trace import write_chrome_trace
@@ -32,15 +38,68 @@ def _csv(comparison: Comparison) -> str:
     return buffer.getvalue()
 
 
+# Every file a report may hold: a new report into a folder removes those the run does not rewrite,
+# so a folder never mixes two runs (the user's other files there are left alone).
+REPORT_FILES = ("comparison.csv", "comparison.json", "step_times.png", "best_placement.json", "best_trace.json",
+                "best_timeline.png", "best_memory.png", "best_placement.png", "report.html")
+TEMP_PREFIX = ".devplace-report-"
+
+
 def write_report(comparison: Comparison, out_dir: "str | Path", title: str) -> Path:
-    """Write tables, plots and report.html into ``out_dir``; returns the report's path."""
+    """Write tables, plots and report.html into ``out_dir``; returns the report's path.
+
+    Everything is written into a fresh hidden folder beside ``out_dir`` first, then moved in, and
+    the files of an earlier report that this one does not hold are removed: a failed run changes
+    nothing, a finished one leaves exactly its own files. Temporary folders of runs that were killed
+    are removed by the next run."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise DevplaceError(f"cannot write the report into {str(out)!r}: it is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DevplaceError(f"cannot create the report folder {str(out)!r}: {exc.strerror}") from None
+    _remove_stale_temporaries(out.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=out.parent))
+    try:
+        with matplotlib.rc_context({"text.parse_math": False}):  # a "$" in a cluster or op name is text
+            written = _write_all(comparison, staging, title)
+        for name in REPORT_FILES:
+            if name not in written:
+                (out / name).unlink(missing_ok=True)
+        for name in written:
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out / "report.html"
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    """Remove report temporary folders whose process is gone (killed before it could clean up)."""
+    for entry in folder.glob(f"{TEMP_PREFIX}*"):
+        pid = entry.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_all(comparison: Comparison, out: Path, title: str) -> list[str]:
+    """Write the report's files into ``out`` (a fresh folder); their names."""
     rows = comparison.rows
     write_text_atomic(out / "comparison.csv", _csv(comparison))
     write_text_atomic(out / "comparison.json", json.dumps([r.to_dict() for r in rows], indent=2))
     plots.step_time_bars(rows, out / "step_times.png", title)
     files = {"step_times.png": "simulated step time per placer"}
+    written = ["comparison.csv", "comparison.json", "step_times.png"]
     best = comparison.best
     if best is not None:
         result = comparison.results[best.algorithm]
@@ -55,9 +114,9 @@ def write_report(comparison: Comparison, out_dir: "str | Path", title: str) -> P
             "best_memory.png": "memory over time per device",
             "best_placement.png": "the placement",
         }
-    page = out / "report.html"
-    write_text_atomic(page, _html(comparison, title, files))
-    return page
+        written += ["best_placement.json", "best_trace.json", *list(files)[1:]]
+    write_text_atomic(out / "report.html", _html(comparison, title, files))
+    return written + ["report.html"]
 
 
 def _html(comparison: Comparison, title: str, images: dict[str, str]) -> str:

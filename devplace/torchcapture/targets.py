@@ -31,12 +31,24 @@ def load_target(target: str):
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
-        raise CaptureError(f"importing {path_text!r} failed: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise CaptureError(f"importing {path_text!r} failed: {_theirs(exc)}") from exc
     fn = getattr(module, function, None)
     if not callable(fn):
         raise CaptureError(f"{path_text!r} has no function {function!r}")
-    return _unpack(fn(), target)
+    try:
+        result = fn()
+    except (Exception, SystemExit) as exc:  # the user's code: their error, not devplace's
+        raise CaptureError(f"your function {function!r} in {path_text!r} {_theirs(exc)}") from exc
+    return _unpack(result, target)
+
+
+def _theirs(exc: BaseException) -> str:
+    """A user's exception in one line; ``sys.exit`` named as such (it must not end devplace)."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r}) instead of returning (model, example_inputs, loss_fn)"
+    text = str(exc).strip().splitlines()
+    return f"raised {type(exc).__name__}" + (f": {text[0]}" if text else "")
 
 
 def _unpack(result, target: str):

@@ -48,6 +48,7 @@ Submodule names identify the parts a human expert would place by hand: ``encoder
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -183,9 +184,35 @@ def resolve_config(name: str, **config: Any) -> dict:
             )
         resolved.update(s.presets[preset])
     for key, value in config.items():
-        resolved[key] = _coerce(name, key, value, s.defaults[key])
-    resolved["seed"] = _coerce(name, "seed", seed, 0)
+        resolved[key] = _checked_size(name, key, _coerce(name, key, value, s.defaults[key]))
+    resolved["seed"] = _checked_size(name, "seed", _coerce(name, "seed", seed, 0))
     return resolved
+
+
+# Whole-number settings that may be 0; every other one is a size (layers, batch, units) of at least 1.
+MAY_BE_ZERO = ("seed", "mask_token")
+# Settings that are probabilities, in [0, 1).
+PROBABILITIES = ("dropout",)
+# Largest size a zoo setting may take: beyond it the model would not fit any machine's memory.
+MAX_SIZE = 10**7
+
+
+def _checked_size(name: str, key: str, value: Any) -> Any:
+    """Refuse sizes that build no model (0, negative) or one no memory holds, and non-finite floats."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        low = 0 if key in MAY_BE_ZERO else 1
+        high = 2**63 - 1 if key == "seed" else MAX_SIZE
+        if value < low:
+            raise DevplaceError(f"{name}: {key} must be at least {low}, not {value} (zoo model {name!r}: {key}={value})")
+        if value > high:
+            raise DevplaceError(f"{name}: {key} must be at most {high}, not {value} (zoo model {name!r}: {key}={value})")
+    if isinstance(value, float) and not (math.isfinite(value) and value >= 0):
+        raise DevplaceError(f"zoo model {name!r}: {key}={value} must be a finite number >= 0")
+    if key in PROBABILITIES and not 0 <= value < 1:
+        raise DevplaceError(f"zoo model {name!r}: {key}={value} is a probability: give a number from 0 to below 1")
+    return value
 
 
 def build(name: str, **config: Any) -> ZooModel:
