@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

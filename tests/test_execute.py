@@ -481,5 +481,6 @@ def test_a_placement_of_the_default_foreach_capture_runs_on_the_per_parameter_st
             assert device == same[name], name
     assert carried.colocation_violations(p.graph) == []
     assert carried_over(made, p.graph, p.graph) is None  # made on another graph: not carried
+    made.device_names = cluster_for(p.graph).device_names  # run on this machine's CPUs
     result = run(p, made, cluster=cluster_for(p.graph), steps=1, warmup=0)
     assert np.isfinite(result.loss)

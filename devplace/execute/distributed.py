@@ -236,7 +236,6 @@ def synchronized_start(same_host: bool) -> None:
 def _rank_body(rank: int, world: int, program: Program, plan: Plan, state: dict, settings: dict, status):
     """Run warm-up + measured steps on this rank; (first-step outputs held here, step times in us,
     the last step's timeline part when ``settings["timeline"]``, else None)."""
-    import torch.distributed as dist
 
     device = torch.device(settings["devices"][rank]) if settings.get("devices") else torch.device("cpu")
     if device.type == "cuda":

@@ -78,14 +78,13 @@ def carried_over(placement, graph, placed_graph):
 
 def check_against_graph(program: Program, graph, placement, cluster) -> None:
     """Refuse a graph/placement that does not describe this traced step (before anything starts)."""
-    try:
-        placement.check(graph, cluster)
-    except PlacementError as exc:
-        # the executor runs the per-parameter optimizer step; captures default to foreach updates
+    if len(placement) != graph.n_ops:  # the executor runs the per-parameter optimizer step
         raise PlacementError(
-            f"{exc} (the executor runs the optimizer step per parameter: place the graph of "
-            f"`devplace profile TARGET --update per-parameter -o graph.json`, not the default foreach capture)"
-        ) from None
+            f"the placement has {len(placement)} entries but the step the executor runs has {graph.n_ops} ops: "
+            f"place this target's default capture (`devplace place TARGET`) or the graph of `devplace profile "
+            f"TARGET --update per-parameter -o graph.json`"
+        )
+    placement.check(graph, cluster)
     missing = [name for name in graph.names if name not in program.index]
     if missing:
         raise PlacementError(
