@@ -80,9 +80,9 @@ def check_against_graph(program: Program, graph, placement, cluster) -> None:
     """Refuse a graph/placement that does not describe this traced step (before anything starts)."""
     if len(placement) != graph.n_ops:  # the executor runs the per-parameter optimizer step
         raise PlacementError(
-            f"the placement has {len(placement)} entries but the step the executor runs has {graph.n_ops} ops: "
-            f"place this target's default capture (`devplace place TARGET`) or the graph of `devplace profile "
-            f"TARGET --update per-parameter -o graph.json`"
+            f"the placement has {len(placement)} entries but the graph has {graph.n_ops} ops (the step the "
+            f"executor runs): it was made for another graph; place this target's default capture (`devplace "
+            f"place TARGET`) or the graph of `devplace profile TARGET --update per-parameter -o graph.json`"
         )
     placement.check(graph, cluster)
     missing = [name for name in graph.names if name not in program.index]
