@@ -74,7 +74,7 @@ class SearchConfig:
          "m-topo+opt", "m-etf+opt", "m-sct+opt", "heft+opt", "metis+opt", "metis+fwd"),
         "placers whose placements start the search: ALGO or ALGO+opt / ALGO+fwd")
     max_ops_raw: int = option(6000, "seeds run on the full graph only up to this many ops (else +opt only)")
-    max_ops_costly: int = option(3000, "m-SCT and HEFT run on the full graph only up to this many ops")
+    max_ops_costly: int = option(3000, "m-SCT runs on the full graph only up to this many ops (HEFT up to max_ops_raw)")
     max_evals: int = option(2000, "simulator calls in the local search (the budget; makes results reproducible)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
                                                "none, max_evals alone decides, so the seed makes it reproducible)")
@@ -212,7 +212,7 @@ def _seed_specs(config: SearchConfig, n_ops: int) -> list[str]:
             continue
         if not variants and n_ops > config.max_ops_raw and name not in ALWAYS_RAW:
             continue
-        if not variants and name in ("m-sct", "heft") and n_ops > config.max_ops_costly:
+        if not variants and name == "m-sct" and n_ops > config.max_ops_costly:
             continue
         specs.append(spec)
     return specs
