@@ -47,28 +47,40 @@ class Reporter:
 
 
 class LineReporter(Reporter):
-    """One line per update on stderr (at most one per ``every_s`` seconds, and always the last)."""
+    """One line per update on stderr: at most one per ``every_s`` seconds, and a task's last update
+    when it ends (so a short task still shows where it finished)."""
 
     def __init__(self, every_s: float = 1.0, stream=None):
         self.every_s = every_s
         self.stream = stream if stream is not None else sys.stderr
         self._tasks: list[tuple[str, int | None]] = []
         self._last_shown = 0.0
+        self._unshown: str | None = None   # the latest update's line, if it was held back
 
     def begin(self, task: str, total: int | None = None) -> None:
         self._tasks.append((task, total))
 
     def update(self, done: int, *, best_step_us: float | None = None, note: str = "") -> None:
+        if not self._tasks:
+            return
+        line = _line(*self._tasks[-1], done, best_step_us, note)
         now = time.monotonic()
-        if not self._tasks or now - self._last_shown < self.every_s:
+        if now - self._last_shown < self.every_s:
+            self._unshown = line
             return
         self._last_shown = now
-        self.stream.write(_line(*self._tasks[-1], done, best_step_us, note) + "\n")
-        self.stream.flush()
+        self._write(line)
 
     def end(self) -> None:
+        if self._unshown is not None:
+            self._write(self._unshown)
         if self._tasks:
             self._tasks.pop()
+
+    def _write(self, line: str) -> None:
+        self._unshown = None
+        self.stream.write(line + "\n")
+        self.stream.flush()
 
 
 class RichReporter(Reporter):

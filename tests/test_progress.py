@@ -49,3 +49,19 @@ def test_measured_capture_reports_its_timing_runs_to_the_hook(capfd):
                          cost="measured", repeats=2)
     assert seen == [("timing ops", 3), 1, 2, 3]
     assert capfd.readouterr() == ("", "")
+
+
+def test_line_reporter_shows_a_short_tasks_last_update_when_it_ends():
+    import io
+
+    from devplace.progress import LineReporter
+
+    out = io.StringIO()
+    lines = LineReporter(every_s=3600.0, stream=out)
+    lines.begin("search", total=3)
+    for done in (1, 2, 3):
+        lines.update(done, best_step_us=1000.0 * (4 - done))
+    lines.end()
+    shown = out.getvalue().splitlines()
+    assert shown[0].startswith("[search] 1/3") and shown[-1].startswith("[search] 3/3  best 1.000 ms")
+    assert len(shown) == 2
