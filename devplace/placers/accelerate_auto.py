@@ -74,9 +74,9 @@ def _caps(layers: UnitLayers, cluster, fraction: float) -> np.ndarray:
 def _children(paths: list[tuple[str, ...]], units: np.ndarray, depth: int) -> list[np.ndarray]:
     """The items a module (units sharing a path of length ``depth``) splits into: its own ops and
     each child module, in the order the step first uses them."""
-    keys = [paths[u][: depth + 1] for u in units]
-    number = first_appearance(keys)
-    return [units[number == k] for k in range(number.max() + 1)]
+    number = first_appearance([paths[u][: depth + 1] for u in units])
+    grouped = units[np.argsort(number, kind="stable")]
+    return np.split(grouped, np.cumsum(np.bincount(number))[:-1])
 
 
 @register("accelerate-auto", "Accelerate's device_map=\"auto\": modules in order, each device filled up to its "
