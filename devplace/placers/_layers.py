@@ -9,7 +9,7 @@ joins the unit of its first reader, as a layer owns its weights. Units are numbe
 by the first forward op with an input they hold.
 
 Module structure comes from the scopes a capture records (``meta["op_scope"]``). A unit's path is
-the scope of its first forward op; a unit without one (glue code between modules: a residual add,
+the scope of its first scoped forward op (else first scoped op); a unit without one (glue code: a residual add,
 the loss) takes the path of the unit before it, as it runs with its neighbours. A *layer* is what a
 user lists as one pipeline stage item or marks ``no_split`` in Transformers: a module path cut
 after its first numbered part (``encoder.layers.3`` of ``encoder.layers.3.attn.q``, an element of a
