@@ -187,9 +187,9 @@ def parse_scoped_options(pairs: list[str], specs: list[str]) -> dict[str, dict]:
     return options
 
 
-def check_seed(seed: int) -> None:
+def check_seed(seed: int, flag: str = "--seed") -> None:
     if not 0 <= seed < 2**63:
-        raise DevplaceError(f"--seed {seed} must be a whole number from 0 to 2**63-1")
+        raise DevplaceError(f"{flag} {seed} must be a whole number from 0 to 2**63-1")
 
 
 def check_has_ops(graph, target: str) -> None:
@@ -394,22 +394,28 @@ def comparison_table(comparison, title: str) -> Table:
     unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if peaks and max(peaks) >= s), ("KiB", 2**10))
     few = comparison.cluster.n_devices <= 4
     table = Table(title=title)
-    for column in ("placer", "step time", "speed-up", f"peak {unit} per device" if few else f"peak {unit}, largest",
-                   "moved", "placed in", "note"):
+    robust = any(row.robust_median_us is not None for row in comparison.rows)
+    robust_columns = ("median", "worst", "rank now/med/worst") if robust else ()
+    for column in ("placer", "step time", *robust_columns, "speed-up",
+                   f"peak {unit} per device" if few else f"peak {unit}, largest", "moved", "placed in", "note"):
         table.add_column(column, justify="left" if column in ("placer", "note") else "right", no_wrap=True,
                          min_width=None if column == "note" else max(len(column), 12 if column == "placer" else 10),
                          max_width=52 if column == "note" else None)
+    ranks = comparison.ranks()
     for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
         if row.error:
             reason = row.error if len(row.error) <= 36 else row.error[:35] + "…"
-            table.add_row(row.algorithm, "-", "-", "-", "-", "-",
+            table.add_row(row.algorithm, "-", *("-" for _ in robust_columns), "-", "-", "-", "-",
                           styled(f"{'out of memory' if row.oom else 'failed'}:", "red", reason))
             continue
         peak = (" ".join(f"{p / scale:.2f}" for p in row.peak_memory_bytes) if few
                 else f"{max(row.peak_memory_bytes) / scale:.2f}")
+        robust_cells = (fmt_us(row.robust_median_us), fmt_us(row.robust_worst_us),
+                        "/".join("-" if r is None else str(r) for r in ranks[row.algorithm])) if robust else ()
         table.add_row(
             row.algorithm,
             fmt_us(row.step_time_us),
+            *robust_cells,
             f"{row.speedup_vs_single:.2f}x" if row.speedup_vs_single else "-",
             peak,
             fmt_bytes(row.bytes_moved),
@@ -434,16 +440,23 @@ def compare(
     seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for CSV/JSON, plots, trace and report.html"),
     as_json: bool = typer.Option(False, "--json", help="print the rows as JSON"),
+    robust: int = typer.Option(
+        0, "--robust", metavar="N", help="also simulate every placement under N perturbed cost models (op and link "
+        "costs scaled by seeded log-normal factors, devplace.robust) and show the median and worst step time"),
+    robust_seed: int = typer.Option(0, "--robust-seed", help="seed of the perturbed cost models"),
 ):
     """Run the placers on one model and compare their simulated step times."""
     from devplace.compare import compare as run_compare
     from devplace.compare import default_algos
     from devplace.progress import showing_progress
+    from devplace.robust import check_count
 
     names = [a.strip() for a in algos.split(",") if a.strip()] if algos is not None else default_algos()
     if not names:
         raise DevplaceError(f"--algos {algos!r} names no placer: give comma-separated names (see `devplace algos`)")
     check_seed(seed)
+    check_seed(robust_seed, "--robust-seed")
+    check_count("--robust", robust)
     options = parse_scoped_options(option, names)  # a misspelt placer fails before a long capture
     status = err_console if as_json else console
     graph, machine = load_graph_and_cluster(target, cluster, memory_fraction)
@@ -456,7 +469,8 @@ def compare(
             step = fmt_us(row.step_time_us) if row.step_time_us else "-"
             status.print(f"  [{len(finished)}/{len(names)}] {row.algorithm}: {step} ({took})", highlight=False)
 
-        comparison = run_compare(graph, machine, names, seed=seed, options=options, on_row=progress)
+        comparison = run_compare(graph, machine, names, seed=seed, options=options, on_row=progress,
+                                 robust=robust, robust_seed=robust_seed)
     if output is not None:
         from devplace.report import write_report
 

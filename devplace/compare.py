@@ -7,6 +7,10 @@ Rows are named by placer specs, ``ALGO[+opt][+fwd]`` (``devplace.portfolio.varia
 syntax ``--algos`` takes. The default rows are every registered placer plus ``+opt`` for Baechi's
 three (the paper's configuration, and the only one that places a 30k-op graph in seconds).
 
+``robust=N`` also re-simulates every placement under N perturbed cost models (``devplace.robust``:
+op and link costs scaled by seeded random factors) and gives each row the median and worst step
+time over them: a placement that is fast only while every estimate is right shows it there.
+
 >>> "m-sct+opt" in default_algos()
 True
 """
@@ -24,6 +28,7 @@ from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.graph import OpGraph
 from devplace.placement import Placement
 from devplace.portfolio import available, parse_algo, place
+from devplace.robust import check_count, perturbed_models, ranks, robust_step_times
 from devplace.sim import SimResult, simulate
 
 OPTIMIZED_BY_DEFAULT = ("m-topo", "m-etf", "m-sct")
@@ -45,6 +50,8 @@ class CompareRow:
     peak_memory_bytes: list[float] = field(default_factory=list)
     bytes_moved: float | None = None
     devices_used: int | None = None
+    robust_median_us: float | None = None   # over ``robust`` perturbed cost models; None when not asked
+    robust_worst_us: float | None = None
     oom: bool = False
     error: str | None = None
 
@@ -65,6 +72,14 @@ class Comparison:
         ok = [r for r in self.rows if r.error is None and not r.oom]
         return min(ok, key=lambda r: r.step_time_us) if ok else None
 
+    def ranks(self) -> dict[str, tuple[int | None, int | None, int | None]]:
+        """Each row's rank (1: fastest) by nominal, robust median and robust worst step time, among
+        the rows that placed and fit (None elsewhere, and for the robust ranks when not asked)."""
+        ok = [r.error is None and not r.oom for r in self.rows]
+        columns = [ranks([getattr(r, key) if fits else None for r, fits in zip(self.rows, ok)])
+                   for key in ("step_time_us", "robust_median_us", "robust_worst_us")]
+        return {row.algorithm: tuple(column[i] for column in columns) for i, row in enumerate(self.rows)}
+
 
 def compare(
     graph: OpGraph,
@@ -74,11 +89,17 @@ def compare(
     seed: int = 0,
     options: dict[str, dict] | None = None,
     on_row: Callable[[CompareRow], None] | None = None,
+    robust: int = 0,
+    robust_seed: int = 0,
 ) -> Comparison:
     """Place with each algorithm spec (``default_algos()`` by default) and simulate each placement.
 
     ``options[spec]`` adds placer options for one row; ``on_row`` sees each row as it finishes.
+    ``robust > 0`` adds each row's median and worst step time over that many perturbed cost models
+    drawn with ``robust_seed`` (the same models for every row).
     """
+    robust = check_count("--robust", robust)
+    models = perturbed_models(graph, cluster, robust, robust_seed) if robust else []
     names = list(algos) if algos is not None else default_algos()
     for spec in names:
         parse_algo(spec)  # refuse a misspelt name before placing anything
@@ -93,6 +114,9 @@ def compare(
             fastest = [r.step_time_us for r in rows if r.error is None and not r.oom]
             reporter.update(done, best_step_us=min(fastest) if fastest else None, note=name)
             rows.append(_row(graph, cluster, name, seed, options.get(name, {}), placements, results))
+            if models and name in placements:
+                times = robust_step_times(graph, cluster, placements[name], models)
+                rows[-1].robust_median_us, rows[-1].robust_worst_us = times.median_us, times.worst_us
             if on_row is not None:
                 on_row(rows[-1])
     finally:

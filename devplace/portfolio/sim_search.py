@@ -21,6 +21,12 @@ peak memory against each device's capacity (skipped when even the worst case fit
 The best placement seen is returned, so the result is never slower than the best seed: never worse
 than the best single device nor than any seed placer, by construction.
 
+With ``robust_samples`` = N > 0 a candidate is scored by its mean step time over N perturbed cost
+models (``devplace.robust``, drawn from the placer's seed: same seed, same models; never the models
+``compare --robust`` judges it on) instead of the nominal one, so the search prefers placements that stay fast when the op and link estimates are
+off; each eval then simulates N times, so the search is about N times slower. Memory is judged
+on the nominal model (no perturbation changes a byte); ``options['step_us']`` is the mean.
+
 Stopping: after ``max_evals`` simulator calls, so the result depends only on the inputs and
 ``seed``. A user who asks for ``time_budget_s`` also stops it when that much wall clock is spent
 (then the result depends on the machine's speed; ``options['stopped_by']`` says which).
@@ -57,6 +63,7 @@ from devplace.placers._moves import (
     Units, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, upward_rank_us, with_colocation,
 )
 from devplace.portfolio.variants import place as place_spec
+from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
 from devplace.sim import Simulator
 from devplace.sim.result import usable_memory_bytes
 
@@ -101,6 +108,9 @@ class SearchConfig:
     repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")
     repair_run_share: float = option(0.5, "chance a repair move shifts a run of groups at a stage's edge")
     repair_run_fraction: float = option(0.25, "longest repair run: this share of the overflowing device's groups")
+    robust_samples: int = option(0, "score candidates by the mean step time over this many perturbed cost models "
+                                    "(devplace.robust, from the seed) instead of the nominal one; that many times "
+                                    "slower (0: nominal)")
 
 
 # ------------------------------------------------------------------------------------- state
@@ -112,6 +122,9 @@ class _Search:
 
         self.graph, self.cluster, self.config = graph, cluster, config
         self.sim = Simulator(graph, cluster)
+        models = perturbed_models(graph, cluster, check_count("robust_samples", config.robust_samples), seed,
+                                  first=SEARCH_FIRST)
+        self.robust_sims = [Simulator(m.graph, m.cluster) for m in models]
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.n_dev = cluster.n_devices
@@ -144,10 +157,19 @@ class _Search:
         return budget is not None and time.perf_counter() - self.began > budget
 
     def step_us(self, devices: np.ndarray, priority: np.ndarray | None) -> float:
+        """The score of a candidate, counted as an eval: its step time, or its mean over the
+        perturbed models when ``robust_samples`` asks for them."""
         self.evals += 1
         if self.evals % 20 == 0:
             self.report()
-        return self.sim.step_time_us(devices, priority)
+        return self._score(devices, priority)
+
+    def _score(self, devices: np.ndarray, priority: np.ndarray | None, nominal_us: float | None = None) -> float:
+        """The nominal step time (``nominal_us`` when the caller simulated it already) or, with
+        ``robust_samples``, the mean over the perturbed models."""
+        if self.robust_sims:
+            return float(np.mean([sim.step_time_us(devices, priority) for sim in self.robust_sims]))
+        return self.sim.step_time_us(devices, priority) if nominal_us is None else nominal_us
 
     def report(self, done: int | None = None) -> None:
         """Tell the progress hook how far the current task is and the best step time so far."""
@@ -163,13 +185,14 @@ class _Search:
         return self.memory_is_ample or self.examine(devices, priority)[0]
 
     def measure(self, devices: np.ndarray, priority: np.ndarray | None):
-        """Full simulation counted as an eval: (total overflow bytes, step us, SimResult)."""
+        """Full simulation counted as an eval: (total overflow bytes, score as ``step_us``, SimResult)."""
         self.evals += 1
         result = self.sim.run(Placement(devices=devices.copy(), priority=priority))
+        step = self._score(devices, priority, result.step_time_us)
         overflow = float(np.maximum(result.peak_memory_bytes - usable_memory_bytes(self.cluster), 0.0).sum())
-        if self.least is None or (overflow, result.step_time_us) < self.least[:2]:
-            self.least = (overflow, result.step_time_us, result)
-        return overflow, result.step_time_us, result
+        if self.least is None or (overflow, step) < self.least[:2]:
+            self.least = (overflow, step, result)
+        return overflow, step, result
 
     def consider(self, devices: np.ndarray, priority, how: str):
         """A start: offered if it fits, else kept for the repair; returns ``measure``'s triple."""
