@@ -396,7 +396,7 @@ def comparison_table(comparison, title: str) -> Table:
     table = Table(title=title)
     robust = any(row.robust_median_us is not None for row in comparison.rows)
     robust_columns = ("median", "worst", "rank now/med/worst") if robust else ()
-    for column in ("placer", "step time", *robust_columns, "speed-up",
+    for column in ("placer", "step time", *robust_columns, "speed-up", "gap to bound",
                    f"peak {unit} per device" if few else f"peak {unit}, largest", "moved", "placed in", "note"):
         table.add_column(column, justify="left" if column in ("placer", "note") else "right", no_wrap=True,
                          min_width=None if column == "note" else max(len(column), 12 if column == "placer" else 10),
@@ -405,7 +405,7 @@ def comparison_table(comparison, title: str) -> Table:
     for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
         if row.error:
             reason = row.error if len(row.error) <= 36 else row.error[:35] + "…"
-            table.add_row(row.algorithm, "-", *("-" for _ in robust_columns), "-", "-", "-", "-",
+            table.add_row(row.algorithm, "-", *("-" for _ in robust_columns), "-", "-", "-", "-", "-",
                           styled(f"{'out of memory' if row.oom else 'failed'}:", "red", reason))
             continue
         peak = (" ".join(f"{p / scale:.2f}" for p in row.peak_memory_bytes) if few
@@ -417,6 +417,7 @@ def comparison_table(comparison, title: str) -> Table:
             fmt_us(row.step_time_us),
             *robust_cells,
             f"{row.speedup_vs_single:.2f}x" if row.speedup_vs_single else "-",
+            f"{100 * row.gap_to_bound:.1f}%" if row.gap_to_bound is not None else "-",
             peak,
             fmt_bytes(row.bytes_moved),
             f"{row.placement_time_s:.2f} s",
@@ -485,6 +486,10 @@ def compare(
     for row in comparison.rows:
         if row.error and len(row.error) > 36:
             console.print(styled(f"{row.algorithm}:", "bold", row.error), highlight=False, soft_wrap=True)
+    if comparison.lower_bound is not None:
+        bound = comparison.lower_bound
+        console.print(f"gap to bound: over a certified lower bound of {fmt_us(bound['best_us'])} "
+                      f"({bound['best'].removesuffix('_us').replace('_', ' ')}; devplace.bounds)", highlight=False)
     if output is not None:
         console.print(f"report written to {page}")
 

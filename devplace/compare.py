@@ -52,6 +52,7 @@ class CompareRow:
     devices_used: int | None = None
     robust_median_us: float | None = None   # over ``robust`` perturbed cost models; None when not asked
     robust_worst_us: float | None = None
+    gap_to_bound: float | None = None       # step time / certified lower bound - 1 (devplace.bounds)
     oom: bool = False
     error: str | None = None
 
@@ -66,6 +67,7 @@ class Comparison:
     rows: list[CompareRow]
     placements: dict[str, Placement]
     results: dict[str, SimResult]
+    lower_bound: dict | None = None  # devplace.bounds.lower_bounds: every bound and the best (None: none found)
 
     @property
     def best(self) -> CompareRow | None:
@@ -126,7 +128,23 @@ def compare(
         for row in rows:
             if row.step_time_us:
                 row.speedup_vs_single = single.step_time_us / row.step_time_us
-    return Comparison(graph, cluster, rows, placements, results)
+    bound = _lower_bound(graph, cluster)
+    if bound is not None and bound["best_us"] > 0:
+        for row in rows:
+            if row.step_time_us is not None and row.error is None:
+                row.gap_to_bound = row.step_time_us / bound["best_us"] - 1.0
+    return Comparison(graph, cluster, rows, placements, results, bound)
+
+
+def _lower_bound(graph: OpGraph, cluster: Cluster) -> dict | None:
+    """The certified lower bounds (well under a second on 25k ops), or None when memory alone
+    proves nothing fits (every row then says so itself)."""
+    from devplace.bounds import lower_bounds
+
+    try:
+        return lower_bounds(graph, cluster)
+    except DevplaceError:
+        return None
 
 
 def _row(graph, cluster, name: str, seed: int, options: dict, placements: dict, results: dict) -> CompareRow:

@@ -160,3 +160,20 @@ def test_heat_map_rows_follow_a_captured_graphs_op_scope():
     assert labels == ["(no module)", "encoder.layers.0", "encoder.layers.1", "encoder.layers.2"]
     assert labels[rows[graph.index("op_15_3")]] == "encoder.layers.1"
     assert labels[rows[graph.index("op_35_0")]] == "(no module)"
+
+
+def test_every_row_reports_its_gap_to_a_certified_lower_bound():
+    import devplace as dp
+    from devplace.bounds import lower_bounds
+    from devplace.compare import compare
+    from devplace.io.dnn_partitioning import cluster_for
+
+    graph = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
+    cluster = cluster_for(graph)
+    result = compare(graph, cluster, ["single", "m-etf+opt", "round-robin"])
+    bound = lower_bounds(graph, cluster)["best_us"]
+    assert result.lower_bound["best_us"] == bound
+    for row in result.rows:
+        assert row.gap_to_bound == pytest.approx(row.step_time_us / bound - 1.0)
+        assert row.gap_to_bound >= 0.0   # a certified bound is never above a simulated step
+    assert "gap_to_bound" in result.rows[0].to_dict()

@@ -20,7 +20,7 @@ from devplace.report import plots
 from devplace.sim.trace import write_chrome_trace
 
 CSV_COLUMNS = [
-    "algorithm", "step_time_us", "speedup_vs_single", "placement_time_s", "max_peak_memory_bytes",
+    "algorithm", "step_time_us", "speedup_vs_single", "gap_to_bound", "placement_time_s", "max_peak_memory_bytes",
     "peak_memory_bytes_per_device",
     "bytes_moved", "devices_used", "oom", "error",
 ]
@@ -119,19 +119,30 @@ def _write_all(comparison: Comparison, out: Path, title: str) -> list[str]:
     return written + ["report.html"]
 
 
+def _bound_sentence(comparison: Comparison) -> str:
+    """What "gap to bound" is measured against."""
+    bound = comparison.lower_bound
+    if bound is None:
+        return "No certified lower bound: memory alone shows that no placement fits."
+    return (f"Gap to bound: step time over a certified lower bound of {bound['best_us'] / 1e3:.3f} ms "
+            f"({bound['best'].removesuffix('_us').replace('_', ' ')} bound, devplace.bounds), minus one: "
+            f"no placement can be faster than the bound.")
+
+
 def _html(comparison: Comparison, title: str, images: dict[str, str]) -> str:
     g, c = comparison.graph, comparison.cluster
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in (
-        "placer", "step time (ms)", "vs single", "peak memory, max (GiB)", "moved (MiB)", "placed in (s)", "result"))
+        "placer", "step time (ms)", "vs single", "gap to bound", "peak memory, max (GiB)", "moved (MiB)", "placed in (s)", "result"))
     body = []
     for row in sorted(comparison.rows, key=lambda r: (r.step_time_us is None, r.step_time_us or 0)):
         if row.error:
-            cells = [row.algorithm, "-", "-", "-", "-", "-", row.error]
+            cells = [row.algorithm, "-", "-", "-", "-", "-", "-", row.error]
         else:
             cells = [
                 row.algorithm, f"{row.step_time_us / 1e3:.3f}",
                 f"{row.speedup_vs_single:.2f}x" if row.speedup_vs_single else "-",
+                f"{100 * row.gap_to_bound:.1f}%" if row.gap_to_bound is not None else "-",
                 f"{max(row.peak_memory_bytes) / 2**30:.2f}", f"{row.bytes_moved / 2**20:.1f}",
                 f"{row.placement_time_s:.2f}", "out of memory" if row.oom else "ok",
             ]
@@ -157,6 +168,7 @@ tr.best {{ background: #e6f4e6; font-weight: bold; }} figure {{ margin: 1.5em 0;
 <h1>{esc(title)}</h1>
 <p>Graph: {g.n_ops} ops, {g.n_edges} edges. Cluster <b>{esc(c.name)}</b>: {esc(devices)}; communication model {esc(c.comm_model)}.</p>
 <table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
+<p>{esc(_bound_sentence(comparison))}</p>
 <p>Files: {' · '.join(links)}</p>
 {figures}
 <p><small>Step times are simulated by devplace (see docs/simulator.md).</small></p>
