@@ -154,7 +154,8 @@ def plot(name: str, entry: dict) -> None:
             if "step_us" in base:
                 axes[column].axhline(base["step_us"] / 1e3, ls="--", lw=1, color=f"C{k + 3}", label=spec)
         axes[column].set_xlabel(label)
-    axes[0].set_ylabel("best step time so far (ms)")
+    axes[0].set_yscale("log")   # the first samples are 10-30x the last: a linear axis hides the end
+    axes[0].set_ylabel("best step time so far (ms, log scale)")
     axes[0].legend(fontsize=8)
     figure.suptitle(f"{MODELS[name][0]}: {entry['ops']} ops on {entry['cluster']}")
     figure.tight_layout()
@@ -165,7 +166,8 @@ def plot(name: str, entry: dict) -> None:
 
 
 def table(results: dict) -> str:
-    """The BENCHMARKS.md table: best step time (ms) of each at the samples given ("-": no placement)."""
+    """The BENCHMARKS.md table: best step time (ms) of each ("-": no placement); a learner stopped
+    by the time budget shows how many placements it simulated in brackets."""
     head = ["model", "ops", "samples", *LEARNERS, "random", *BASELINES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
@@ -175,7 +177,9 @@ def table(results: dict) -> str:
 
     for name, entry in results.items():
         cells = [MODELS[name][0], str(entry["ops"]), str(entry["samples"])]
-        cells += [ms(entry[a]) for a in (*LEARNERS, "random")] + [ms(entry["baselines"][b]) for b in BASELINES]
+        cells += [ms(entry[a]) + (f" ({entry[a]['samples']:,})" if entry[a].get("samples", entry["samples"]) < entry["samples"]
+                                  else "") for a in LEARNERS]
+        cells += [ms(entry["random"])] + [ms(entry["baselines"][b]) for b in BASELINES]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -186,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=2000, help="simulated placements per learner and for random")
     parser.add_argument("--time-budget-s", type=float, default=None, help="wall-clock cap per learner")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}, 200 samples")
+    parser.add_argument("--plots", action="store_true", help="only redraw the curves and the table from the results")
     parser.add_argument("--batch-cost", metavar="GRAPH", help="only time a batch of 64 on GRAPH (a graph file) "
                         f"on {PRESET}, with its memory and with ample memory")
     args = parser.parse_args(argv)
@@ -203,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}: use {', '.join(MODELS)}")
     path = RESULTS / "learned_placers.json"
     results = json.loads(path.read_text()) if path.exists() else {}
+    if args.plots:
+        for name in results:
+            plot(name, results[name])
+        print(table({n: results[n] for n in results if n in MODELS}))
+        return 0
     for name in names:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name} ({cluster.n_devices} devices)", flush=True)
