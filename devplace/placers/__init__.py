@@ -30,6 +30,8 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from devplace.errors import OutOfMemoryError, PlacementError
 from devplace.placement import Placement
 from devplace.placers.options import NO_OPTIONS, NoOptions, describe_options
@@ -43,6 +45,12 @@ class PlacerInfo:
     module: str
     options: type = NoOptions
     by_default: bool = True   # False: compare runs it only when asked by name (it trains or solves for long)
+
+    def run(self, graph, cluster, *, seed: int, options) -> Placement:
+        """Call the placer with validated ``options``; its result as a Placement (a placer may return
+        plain device indices)."""
+        result = self.function(graph, cluster, seed=seed, options=options)
+        return result if isinstance(result, Placement) else Placement(devices=np.asarray(result, dtype=np.int64))
 
     def describe(self) -> dict:
         """Name, summary, declared options and whether compare runs it by default (``devplace algos --json``)."""

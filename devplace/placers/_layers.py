@@ -105,7 +105,6 @@ def _unit_paths(graph, unit_of: np.ndarray, n_units: int) -> list[tuple[str, ...
     scopes = recorded_scopes(graph)
     if not any(scopes):
         return [(str(u),) for u in range(n_units)]
-    rank = graph.topo_rank
     forward = graph.role == Role.FORWARD
     scoped = np.array([bool(s) for s in scopes])
     best = np.full(n_units, -1, dtype=np.int64)

@@ -125,11 +125,9 @@ def _first_incumbent(graph, cluster, start: tuple[str, ...], sim):
     for algo in start:
         info = placer(algo)  # through the registry: a placer never calls the layer above it
         try:
-            placement = info.function(graph, cluster, seed=0, options=info.options())
+            placement = info.run(graph, cluster, seed=0, options=info.options())
         except OutOfMemoryError:
             continue
-        if not isinstance(placement, Placement):
-            placement = Placement(devices=np.asarray(placement, dtype=np.int64))
         if not sim.run(placement).fits:
             continue
         step_us = sim.step_time_us(placement.devices, placement.priority)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-import numpy as np
 
 from devplace.costing import costed_for
 from devplace.errors import PlacementError
@@ -64,12 +63,10 @@ def place(graph, cluster, algo: str = "m-sct", seed: int = 0, check: bool = True
         from devplace.transforms import optimize
 
         coarsening = optimize(graph, **flags)
-        result = coarsening.expand_placement(info.function(coarsening.graph, cluster, seed=seed, options=config))
+        result = coarsening.expand_placement(info.run(coarsening.graph, cluster, seed=seed, options=config))
     else:
-        result = info.function(graph, cluster, seed=seed, options=config)
+        result = info.run(graph, cluster, seed=seed, options=config)
     elapsed = time.perf_counter() - began
-    if not isinstance(result, Placement):
-        result = Placement(devices=np.asarray(result, dtype=np.int64))
     result.algorithm = name
     result.options = {"seed": seed, **asdict(config)} | result.options
     if flags:
