@@ -37,7 +37,7 @@ import numpy as np
 from devplace.placement import Placement
 from devplace.placers import register
 from devplace.placers.options import option
-from devplace.placers._listsched import mean_edge_us
+from devplace.placers._listsched import mean_edge_us, op_times_us
 from devplace.sim.channels import book, channel_state, planning_model, transfer_us
 
 
@@ -122,8 +122,7 @@ class HeftOptions:
 def place(graph, cluster, *, seed: int = 0, options: HeftOptions = HeftOptions()) -> Placement:
     insertion, contention = options.insertion, options.contention
     n, d = graph.n_ops, cluster.n_devices
-    columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
-    op_time = graph.compute_us[:, columns] + cluster.op_gap_us
+    op_time = op_times_us(graph, cluster) + cluster.op_gap_us
     rank = upward_rank(graph, op_time, mean_edge_us(graph, cluster))
     order = np.lexsort((graph.topo_rank, -rank))
 

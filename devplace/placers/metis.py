@@ -43,7 +43,7 @@ import pymetis
 from devplace.placement import Placement
 from devplace.placers import register
 from devplace.placers.options import option
-from devplace.placers._listsched import mean_edge_us
+from devplace.placers._listsched import mean_edge_us, op_times_us
 from devplace.transforms.coplacement import colocation_units
 
 _WEIGHT_SCALE = 1_000_000   # METIS wants integers: each weight kind is scaled to this total
@@ -62,8 +62,7 @@ def metis_parts(graph, cluster, units: np.ndarray, *, seed: int = 0, imbalance: 
     d = cluster.n_devices
     if d == 1 or n_units <= 1:
         return np.zeros(n_units, dtype=np.int64)
-    columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
-    compute = np.bincount(units, weights=graph.compute_us[:, columns].mean(axis=1), minlength=n_units)
+    compute = np.bincount(units, weights=op_times_us(graph, cluster).mean(axis=1), minlength=n_units)
     memory = np.bincount(units, weights=graph.persistent_bytes + graph.output_bytes + graph.temp_bytes,
                          minlength=n_units)
     a, b = units[graph.edge_src], units[graph.edge_dst]
@@ -167,8 +166,7 @@ def place(graph, cluster, *, seed: int = 0, options: MetisOptions = MetisOptions
     part = metis_parts(graph, cluster, units, seed=seed, imbalance=imbalance)
     if not acyclic:
         return Placement(devices=part[units])
-    columns = [graph.kind_index(kind) for kind in cluster.device_kinds]
-    weights = [np.bincount(units, weights=graph.compute_us[:, columns].mean(axis=1)),
+    weights = [np.bincount(units, weights=op_times_us(graph, cluster).mean(axis=1)),
                np.bincount(units, weights=graph.persistent_bytes + graph.output_bytes + graph.temp_bytes)]
     initial, position = acyclic_repair(graph, units, part, cluster.n_devices, weights)
     moved = int(np.count_nonzero(position != initial))
