@@ -240,7 +240,7 @@ def build(family: str, seed: int = 0, cache_dir: "str | Path | None" = None) -> 
 
 # Memory per device, as a fraction of the preset's 8 GiB: about a third of the family's largest
 # simulated one-device peak (benchmarks/results/families.json, seed 0), so every member fits on the
-# four devices with room to spare while the larger members (a fifth to two fifths of each family)
+# four devices with room to spare while the larger members (8 to 18 of the 40 of each family)
 # do not fit on one, and a placer must spread them.
 _MEMORY_FRACTION = {"nasnet": 0.01, "recurrent": 0.1, "transformer": 0.1}
 
