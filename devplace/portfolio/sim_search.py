@@ -27,9 +27,19 @@ models (``devplace.robust``, drawn from the placer's seed: same seed, same model
 off; each eval then simulates N times, so the search is about N times slower. Memory is judged
 on the nominal model (no perturbation changes a byte); ``options['step_us']`` is the mean.
 
-Stopping: after ``max_evals`` simulator calls, so the result depends only on the inputs and
-``seed``. A user who asks for ``time_budget_s`` also stops it when that much wall clock is spent
-(then the result depends on the machine's speed; ``options['stopped_by']`` says which).
+Stopping: the budget adapts to how far the best can still be from optimal, judged against the
+certified lower bound of ``devplace.bounds`` (``options['lower_bound_us']``, ``options['gap']`` =
+best / bound - 1). The annealing runs in rounds of ``max_evals`` simulator calls, each from the
+best so far at the starting temperature; after a round it goes on only while the gap is above
+``target_gap`` and fewer than ``max_rounds`` rounds ran, and it stops at once when the best comes
+within ``closed_gap`` of the bound (nothing much faster can exist). Every limit counts simulator
+calls, so the result depends only on the inputs and ``seed``. A user who asks for
+``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
+machine's speed). ``options['stopped_by']`` says what stopped it: ``evals`` (the rounds ran out or
+the gap fell below ``target_gap``; ``options['rounds']`` says how many ran), ``bound`` (within
+``closed_gap``) or ``time``. With
+``robust_samples`` the score is a mean over perturbed models, which the nominal bound does not
+bound: one round runs.
 
 It prints nothing: progress (evals done, best step time so far) goes to ``devplace.progress``,
 messages to the ``logging`` logger of this module (under ``devplace``).
@@ -53,7 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from devplace.errors import DevplaceError, OutOfMemoryError
+from devplace.errors import DevplaceError, OutOfMemoryError, PlacementError
 from devplace.placement import Placement
 from devplace import progress
 from devplace.placers import register
@@ -84,7 +94,11 @@ class SearchConfig:
         "placers whose placements start the search: ALGO or ALGO+opt / ALGO+fwd")
     max_ops_raw: int = option(6000, "seeds run on the full graph only up to this many ops (else +opt only)")
     max_ops_costly: int = option(3000, "m-SCT runs on the full graph only up to this many ops (HEFT up to max_ops_raw)")
-    max_evals: int = option(2000, "simulator calls in the local search (the budget; makes results reproducible)")
+    max_evals: int = option(2000, "simulator calls per annealing round (the budget; makes results reproducible)")
+    max_rounds: int = option(4, "annealing rounds at most; a round after the first runs only while the best is "
+                                "more than target_gap above the certified lower bound")
+    target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
+    closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
                                                "none, max_evals alone decides, so the seed makes it reproducible)")
     temperature_start: float = option(0.01, "annealing: accept a move d% slower with probability "
@@ -137,6 +151,7 @@ class _Search:
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True)
         self.memory_is_ample = self._memory_is_ample()
+        self.closed_us = -math.inf      # a best at or under this ends the search (bound x (1 + closed_gap))
         self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
@@ -475,11 +490,47 @@ def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tupl
     return "move", [(units.members(unit), other_device(int(devices[units.members(unit)[0]])))]
 
 
+def _lower_bound_us(graph, cluster) -> float | None:
+    """The certified lower bound on the step time, or None when memory alone shows nothing fits
+    (then the search fails on its own, with its overflow report)."""
+    from devplace.bounds import lower_bounds
+
+    try:
+        return lower_bounds(graph, cluster)["best_us"]
+    except OutOfMemoryError:
+        return None
+
+
+def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
+    """Annealing rounds while the gap to the bound is wide (the rule in the module docstring);
+    returns what stopped them and how many ran."""
+    config = search.config
+    if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0 or not search.graph.n_ops:
+        return "evals", 0      # nothing to move, or nothing beats a zero step time
+    rounds = 0
+    while rounds < config.max_rounds:
+        if search.best[0] <= search.closed_us:
+            return "bound", rounds
+        if rounds and (bound_us is None or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+            break
+        search.reporter.begin(NAME if not rounds else f"{NAME} (round {rounds + 1}, gap "
+                              f"{100 * (search.best[0] / bound_us - 1):.1f}%)", total=config.max_evals)
+        search.phase_began = search.evals
+        try:
+            stopped_by = _anneal(search)
+            search.report()
+        finally:
+            search.reporter.end()
+        rounds += 1
+        if stopped_by != "evals":
+            return stopped_by, rounds
+    return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
+
+
 def _anneal(search: _Search) -> str:
-    """Simulated annealing from the best seed; returns what stopped it ("evals" or "time")."""
+    """One round of simulated annealing from the best so far; returns what stopped it ("evals",
+    "time", or "bound": the best came within ``closed_gap`` of the lower bound)."""
     config, rng = search.config, search.rng
-    if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0:   # nothing beats a zero step time
-        return "evals"
     current_us, devices, priority, _ = search.best
     devices = devices.copy()
     info = _critical_info(search, devices, priority)
@@ -491,6 +542,8 @@ def _anneal(search: _Search) -> str:
     while search.evals < budget_end:
         if search.out_of_time():
             return "time"
+        if search.best[0] <= search.closed_us:
+            return "bound"
         temperature *= cooling
         move, changes = _propose(search, devices, info)
         undo = [(ops, devices[ops].copy()) for ops, _ in changes]
@@ -533,26 +586,29 @@ def _anneal(search: _Search) -> str:
           SearchConfig)
 def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig()) -> Placement:
     config = options
+    if config.max_rounds < 1 or not config.target_gap >= 0 or not config.closed_gap >= 0:
+        raise PlacementError(f"{NAME}: max_rounds must be >= 1, target_gap and closed_gap >= 0 (got "
+                             f"{config.max_rounds}, {config.target_gap}, {config.closed_gap})")
     search = _Search(graph, cluster, config, seed)
+    bound_us = _lower_bound_us(graph, cluster)
+    nominal = not search.robust_sims       # the bound is for the nominal step time, not a mean
+    if bound_us is not None and nominal and config.closed_gap > 0:
+        search.closed_us = bound_us * (1.0 + config.closed_gap)
     _run_seeds(search)
     _pipeline_starts(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
-    search.reporter.begin(NAME, total=config.max_evals)
-    search.phase_began = search.evals
-    try:
-        stopped_by = _anneal(search) if graph.n_ops else "evals"
-        search.report()
-    finally:
-        search.reporter.end()
+    stopped_by, rounds = _rounds(search, bound_us if nominal else None)
     step_us, devices, priority, how = search.best
+    gap = step_us / bound_us - 1.0 if nominal and bound_us else None
     log.info("%d evals in %.1f s: %.3f ms, best seed %.3f ms (%s)", search.evals,
              time.perf_counter() - search.began, step_us / 1e3, seed_us / 1e3, seed_how)
     return Placement(
         devices=devices, priority=priority,
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
-                 "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how,
+                 "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how, "rounds": rounds,
+                 "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )
