@@ -29,8 +29,10 @@ on the nominal model (no perturbation changes a byte); ``options['step_us']`` is
 
 Stopping: the budget adapts to how far the best can still be from optimal, judged against the
 certified lower bound of ``devplace.bounds`` (``options['lower_bound_us']``, ``options['gap']`` =
-best / bound - 1). The annealing runs in rounds of ``max_evals`` simulator calls, each from the
-best so far at the starting temperature; after a round it goes on only while the gap is above
+best / bound - 1). The annealing runs in rounds of ``max_evals`` simulator calls at the starting
+temperature: the first, third, ... from the best so far, the second, fourth, ... from the fastest
+start (seed or pipeline) not yet tried whose placement differs from the best, so a wide gap also
+buys exploring other basins; after a round it goes on only while the gap is above
 ``target_gap`` and fewer than ``max_rounds`` rounds ran, and it stops at once when the best comes
 within ``closed_gap`` of the bound (nothing much faster can exist). Every limit counts simulator
 calls, so the result depends only on the inputs and ``seed``. A user who asks for
@@ -104,7 +106,7 @@ class SearchConfig:
     temperature_start: float = option(0.01, "annealing: accept a move d% slower with probability "
                                             "exp(-d / temperature%), relative to the best step time, at the start")
     temperature_end: float = option(0.0002, "annealing temperature at the end of the budget")
-    restart_after: int = option(250, "evals without a new best before continuing from the best")
+    restart_after: int = option(250, "evals without a new best of the round before continuing from it")
     move_weights: tuple[tuple[str, float], ...] = option(
         (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0)),
         "relative weights of the moves (move, swap, run, pull, unload)")
@@ -155,6 +157,7 @@ class _Search:
         self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
+        self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
         self.repair_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
@@ -224,7 +227,10 @@ class _Search:
         return [("topological", None), ("upward rank", -rank)]
 
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
-        """Keep (a copy of) the placement if it beats the best so far; report whether it did."""
+        """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
+        as a start); report whether it beat the best."""
+        if self.fitting is not None:
+            self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
         if step_us < self.best[0]:
             self.best = (step_us, devices.copy(), None if priority is None else priority.copy(), how)
             previous = self.shown_us
@@ -507,6 +513,8 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     config = search.config
     if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0 or not search.graph.n_ops:
         return "evals", 0      # nothing to move, or nothing beats a zero step time
+    starts = sorted(search.fitting, key=lambda start: start[0])
+    search.fitting = None
     rounds = 0
     while rounds < config.max_rounds:
         if search.best[0] <= search.closed_us:
@@ -517,7 +525,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
                               f"{100 * (search.best[0] / bound_us - 1):.1f}%)", total=config.max_evals)
         search.phase_began = search.evals
         try:
-            stopped_by = _anneal(search)
+            stopped_by = _anneal(search, search.best if rounds % 2 == 0 else _next_start(starts, search.best))
             search.report()
         finally:
             search.reporter.end()
@@ -527,12 +535,23 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
 
 
-def _anneal(search: _Search) -> str:
-    """One round of simulated annealing from the best so far; returns what stopped it ("evals",
-    "time", or "bound": the best came within ``closed_gap`` of the lower bound)."""
+def _next_start(starts: list[tuple], best: tuple) -> tuple:
+    """The fastest start whose devices differ from the best's (taken off the list), else the best:
+    an odd round explores from another start than the one the best came from."""
+    while starts:
+        start = starts.pop(0)
+        if not np.array_equal(start[1], best[1]):
+            return start
+    return best
+
+
+def _anneal(search: _Search, start: tuple) -> str:
+    """One round of simulated annealing from ``start`` (as ``search.best``); returns what stopped
+    it ("evals", "time", or "bound": the best came within ``closed_gap`` of the lower bound)."""
     config, rng = search.config, search.rng
-    current_us, devices, priority, _ = search.best
+    current_us, devices, priority, _ = start
     devices = devices.copy()
+    home = (current_us, devices.copy(), priority)    # the round's best: where it restarts from
     info = _critical_info(search, devices, priority)
     since_best = 0
     cooling = (config.temperature_end / config.temperature_start) ** (1.0 / max(config.max_evals, 1))
@@ -564,9 +583,10 @@ def _anneal(search: _Search) -> str:
         else:
             current_us = step
             info = _critical_info(search, devices, priority, result)
-            since_best = 0 if search.offer(step, devices, priority, f"{move} move") else since_best + 1
-        if not accept:
-            since_best += 1
+            search.offer(step, devices, priority, f"{move} move")
+            if step < home[0]:
+                home, since_best = (step, devices.copy(), priority), -1
+        since_best += 1
         if search.evals >= next_reorder:
             next_reorder = search.evals + config.reorder_every
             for order, candidate in search.orders(devices):
@@ -574,9 +594,11 @@ def _anneal(search: _Search) -> str:
                 if step < current_us and search.fits(devices, candidate):
                     current_us, priority = step, candidate
                     search.offer(step, devices, priority, f"{order} order")
+                    if step < home[0]:
+                        home = (step, devices.copy(), priority)
         if since_best >= config.restart_after:
-            current_us, best_devices, best_priority, _ = search.best
-            devices, priority = best_devices.copy(), None if best_priority is None else best_priority.copy()
+            current_us, home_devices, priority = home
+            devices = home_devices.copy()
             info = _critical_info(search, devices, priority)
             since_best = 0
     return "evals"
