@@ -158,6 +158,7 @@ class _Search:
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
         self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
+        self.pipeline_cuts = 0          # pipeline starts judged, fitting or not
         self.repair_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
@@ -323,6 +324,7 @@ def _pipeline_starts(search: _Search) -> None:
             per_unit = pipeline_devices(units, weight, order, cluster.memory_bytes[order])
             devices = respect_colocation(search.fine, per_unit[units.unit_of])
             _, _, result = search.consider(devices, None, f"pipeline of {stages} stages (cut {attempt + 1})")
+            search.pipeline_cuts += 1
             planned = np.bincount(per_unit, weights=weight, minlength=search.n_dev)
             ratio = np.where(planned > 0, result.peak_memory_bytes / np.maximum(planned, 1.0), 1.0)
             weight = weight * ratio[per_unit]
@@ -630,6 +632,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
         devices=devices, priority=priority,
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
                  "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how, "rounds": rounds,
+                 "pipeline_starts": search.pipeline_cuts,
                  "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
