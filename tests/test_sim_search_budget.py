@@ -59,3 +59,20 @@ def test_a_placement_at_the_bound_stops_the_search():
 def test_bad_round_options_are_refused_by_name(option):
     with pytest.raises(PlacementError, match=next(iter(option))):
         dp.place(chain_graph([1.0, 2.0]), uniform_cluster(2), "sim-search", max_evals=5, **option)
+
+
+def test_the_cheapest_cut_start_splits_a_chain_at_its_cheapest_edge():
+    """Four 10 us ops in a chain whose persistent bytes need two devices: the cheapest-cut start cuts
+    at the 1 us edge, not at the byte-balanced middle (a 50 us edge)."""
+    from devplace.graph import GraphBuilder
+
+    b = GraphBuilder(["gpu"])
+    for name, mib in (("a", 3), ("b", 3), ("c", 3), ("d", 3)):
+        b.add_op(name, compute_us=10.0, persistent_bytes=mib * 2**20)
+    for src, dst, us in (("a", "b", 1.0), ("b", "c", 50.0), ("c", "d", 50.0)):
+        b.add_edge(src, dst, fixed_us=us)
+    g, c = b.build(), uniform_cluster(2, memory_bytes=10 * 2**20)
+    p = dp.place(g, c, "sim-search", max_evals=0, seeds=("single",))
+    assert p.options["cheapest_cut_starts"] == 1
+    assert p.options["found_by"] == "cheapest-cut pipeline of 2 stages" and p.options["step_us"] == pytest.approx(41.0)
+    assert p.devices[0] != p.devices[1] and len(set(p.devices[1:].tolist())) == 1

@@ -19,6 +19,8 @@ def _tight_and_twice(graph, cluster, **options):
     # the same starts at both: every seed placer and every pipeline cut
     assert list(twice.options["seed_results"]) == list(tight.options["seed_results"])
     assert twice.options["pipeline_starts"] == tight.options["pipeline_starts"] > 0
+    # a cheapest-cut start runs when its stages' bytes fit: every one that fits the tight devices fits twice
+    assert twice.options["cheapest_cut_starts"] >= tight.options["cheapest_cut_starts"]
     assert twice.options["step_us"] <= tight.options["step_us"] * (1 + 1e-9)
     return tight, twice
 

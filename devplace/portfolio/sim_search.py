@@ -7,7 +7,9 @@ So this placer
    expert rules, the splits users make today (Accelerate, DeepSpeed pipeline, torch.fx size), each
    list scheduler also with Baechi's co-placement + fusion; the costly ones only while the graph is
    small) and keeps the fastest that fits in memory, each tried with its own schedule
-   order, the topological order and the upward-rank order;
+   order, the topological order and the upward-rank order; then *pipeline starts*, whatever the
+   memory: forward stages balanced by bytes, and the whole step cut into 2..n stages where the
+   least transfer time crosses, each stage's persistent bytes within its device;
 2. improves it by simulated annealing over *units* that move whole: colocation groups (or lone
    ops) and Baechi's co-placement groups (``devplace.transforms``), so no move can split a
    colocation group. Moves: put a unit on another device; swap two units; put a contiguous run of
@@ -64,12 +66,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from devplace.errors import DevplaceError, OutOfMemoryError, PlacementError
 from devplace.placement import Placement
 from devplace import progress
 from devplace.placers import register
 from devplace.placers.options import option
+from devplace.placers._listsched import mean_edge_us
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
     Units, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, upward_rank_us, with_colocation,
@@ -117,7 +121,8 @@ class SearchConfig:
         "(leaders when one co-placement group holds over half the ops)", choices=("coplacement", "leaders", "auto"))
     run_max_units: int = option(16, "longest run of units a run move shifts")
     reorder_every: int = option(100, "evals between tries of other schedule orders")
-    pipeline_starts: bool = option(True, "try the forward pass cut into consecutive stages as starts")
+    pipeline_starts: bool = option(True, "try consecutive stages as starts: the forward pass balanced by bytes, and "
+                                         "the whole step cut where the least transfer time crosses")
     pipeline_rebalance: int = option(3, "cuts per stage count, each re-weighting a stage by its simulated peak")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
@@ -159,6 +164,7 @@ class _Search:
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
         self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
         self.pipeline_cuts = 0          # pipeline starts judged, fitting or not
+        self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
         self.repair_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
@@ -328,6 +334,119 @@ def _pipeline_starts(search: _Search) -> None:
             planned = np.bincount(per_unit, weights=weight, minlength=search.n_dev)
             ratio = np.where(planned > 0, result.peak_memory_bytes / np.maximum(planned, 1.0), 1.0)
             weight = weight * ratio[per_unit]
+
+
+def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
+    """Consecutive stages of the whole step, cut where the least transfer time crosses: for 2..n
+    stages (on the largest devices), the cuts of least total crossing time whose stages' persistent
+    bytes fit their devices. Inference graphs that fit no device (a chain of layers) need exactly
+    this: byte-balanced stages cut wherever the bytes say, often across a costly activation.
+
+    Step order is topological with each source op (a weight) just before its first consumer; an
+    op's output crosses every boundary between it and its last consumer, at its costliest edge's
+    mean transfer time. Only the ``candidates`` cheapest boundaries are tried (a dynamic program
+    over them)."""
+    graph, cluster = search.graph, search.cluster
+    if not search.config.pipeline_starts or search.n_dev < 2 or graph.n_ops < 2:
+        return
+    order = _sources_late_order(graph)
+    position = np.empty(graph.n_ops, np.int64)
+    position[order] = np.arange(graph.n_ops)
+    crossing = _crossing_us(graph, position, mean_edge_us(graph, cluster))
+    inside = search.fine.unit_of[graph.edge_src] == search.fine.unit_of[graph.edge_dst]
+    blocked = np.zeros(graph.n_ops + 2)              # a boundary inside a colocation group is never cut
+    np.add.at(blocked, position[graph.edge_src[inside]] + 1, 1.0)
+    np.add.at(blocked, position[graph.edge_dst[inside]] + 1, -1.0)
+    crossing[np.cumsum(blocked)[: graph.n_ops + 1] > 0] = np.inf
+    windows = np.array_split(np.arange(1, graph.n_ops), min(candidates, graph.n_ops - 1))
+    keep = [int(w[np.argmin(crossing[w])]) for w in windows]     # the cheapest boundary of each window
+    cuts = np.concatenate([[0], keep, [graph.n_ops]])
+    held = np.concatenate([[0.0], np.cumsum(graph.persistent_bytes[order])])[cuts]
+    largest = np.argsort(-cluster.memory_bytes, kind="stable")
+    for stages in range(2, search.n_dev + 1):
+        device_order = np.sort(largest[:stages])
+        capacity = float(cluster.memory_bytes[device_order].min())
+        path = _least_crossing_stages(held, crossing[cuts], stages, capacity)
+        if path is None:
+            continue
+        per_position = np.zeros(graph.n_ops, np.int64)
+        for stage, (lo, hi) in enumerate(zip(path[:-1], path[1:])):
+            per_position[cuts[lo]:cuts[hi]] = device_order[stage]
+        devices = respect_colocation(search.fine, per_position[position])
+        search.consider(devices, None, f"cheapest-cut pipeline of {stages} stages")
+        search.cheap_cuts += 1
+
+
+def _crossing_us(graph, position: np.ndarray, edge_us: np.ndarray) -> np.ndarray:
+    """Per boundary k (between positions k - 1 and k): the time of the outputs sent across it, each
+    producer's at the costliest of its edges to consumers beyond the boundary."""
+    crossing = np.zeros(graph.n_ops + 2)
+    dst_position = position[graph.edge_dst]
+    for u in range(graph.n_ops):
+        out = graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]]
+        if not len(out):
+            continue
+        out = out[np.argsort(dst_position[out], kind="stable")]
+        beyond_us = np.maximum.accumulate(edge_us[out][::-1])[::-1]   # costliest edge from here on
+        lo = position[u] + 1
+        for e, us in zip(out.tolist(), beyond_us.tolist()):
+            hi = dst_position[e] + 1          # boundaries lo..hi - 1 ... up to this consumer
+            if hi > lo:
+                crossing[lo] += us
+                crossing[hi] -= us
+                lo = hi
+    return np.cumsum(crossing)[: graph.n_ops + 1]
+
+
+def _sources_late_order(graph) -> np.ndarray:
+    """Topological order with each op that has no inputs moved to just before its first consumer."""
+    source = np.diff(graph.pred_ptr) == 0
+    order, placed = [], source & (np.diff(graph.succ_ptr) > 0)    # sources with consumers wait
+    for v in graph.topo_order:
+        if source[v] and placed[v]:
+            continue
+        for k in range(graph.pred_ptr[v], graph.pred_ptr[v + 1]):
+            u = graph.edge_src[graph.pred_edge[k]]
+            if source[u] and placed[u]:
+                placed[u] = False
+                order.append(u)
+        order.append(v)
+    return np.asarray(order, dtype=np.int64)
+
+
+@njit(cache=True)
+def _least_crossing_kernel(held, enter_us, stages, capacity):
+    """cost[s, j]: least crossing time splitting candidates 0..j into s runs of at most
+    ``capacity`` bytes (a run from i to j enters at i, paying ``enter_us[i]``); and the argmin i."""
+    n = held.shape[0]
+    cost = np.full((stages + 1, n), np.inf)
+    parent = np.zeros((stages + 1, n), np.int64)
+    cost[0, 0] = 0.0
+    for s in range(1, stages + 1):
+        for j in range(1, n):
+            for i in range(j - 1, -1, -1):
+                if held[j] - held[i] > capacity:
+                    break
+                value = cost[s - 1, i] + enter_us[i]
+                if value < cost[s, j]:
+                    cost[s, j], parent[s, j] = value, i
+    return cost, parent
+
+
+def _least_crossing_stages(held: np.ndarray, crossing_us: np.ndarray, stages: int, capacity: float):
+    """Indices into the candidate boundaries (first 0, last the end) splitting them into ``stages``
+    runs of at most ``capacity`` bytes each with the least total crossing time; None if none fits."""
+    enter = crossing_us.copy()
+    enter[0] = 0.0
+    cost, parent = _least_crossing_kernel(held, enter, stages, capacity)
+    n = len(held)
+    if not np.isfinite(cost[stages, n - 1]):
+        return None
+    path, j = [n - 1], n - 1
+    for s in range(stages, 0, -1):
+        j = int(parent[s, j])
+        path.append(j)
+    return path[::-1]
 
 
 # ------------------------------------------------------------------------------------ repair
@@ -620,6 +739,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
         search.closed_us = bound_us * (1.0 + config.closed_gap)
     _run_seeds(search)
     _pipeline_starts(search)
+    _cheap_cut_starts(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
@@ -632,7 +752,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
         devices=devices, priority=priority,
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
                  "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how, "rounds": rounds,
-                 "pipeline_starts": search.pipeline_cuts,
+                 "pipeline_starts": search.pipeline_cuts, "cheapest_cut_starts": search.cheap_cuts,
                  "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
