@@ -52,10 +52,10 @@ class PlacetoOptions:
     gradient norm clipped to 1.25, discount 1, a baseline per step index averaged over past episodes,
     memory penalty 2 x (GiB over) added to the run time and capped, the per-step drop in (log) run time
     as the reward. The paper gives the node features and the pooling over ancestors, descendants and
-    parallel nodes. Measured choices, not the authors': entropy weight 0.01 (the authors' 1.0 is for
-    their un-normalised reward; ours is a log ratio, about 100 times smaller), 3 message-passing rounds
-    each way (the code's 8 cost 2.7x the time for no gain we could see on the zoo families), and
-    embeddings refreshed every ``refresh_every`` steps instead of every step (see ``refresh_steps``)."""
+    parallel nodes. Our choices, not the authors': entropy weight 0.01 decaying to 0.001 (the authors' 1.0
+    goes with their reward in seconds; ours is a log ratio), 3 message-passing rounds each way (the code
+    has 8; fewer keeps an episode cheap, not compared here), embeddings refreshed every ``refresh_every``
+    steps rather than every step, and a random start placement drawn from the seed."""
 
     policy: str = option("", "policy file (from `devplace train placeto`); empty: the shipped one for the "
                              "cluster's device count; 'scratch': a new, untrained policy")

@@ -9,10 +9,10 @@ inputs of the moment (its device, where its neighbours' bytes are, each device's
 compute), and gives a distribution over the devices. Nothing depends on the number of units, so
 one policy places graphs of any size; the number of devices is fixed.
 
-The episode (``run_episode``): every unit starts on device 0; units are visited once, in step
-order; each may move. The embedding and the start times are refreshed every ``refresh`` steps
-(every step in the paper; 64 times an episode by default here, which keeps a 1,000-unit episode
-under a second), the head runs every step. Training simulates after every step for the reward;
+The episode (``run_episode``): units start on random devices (drawn from the seed); they are
+visited once, in step order; each may move. The embedding and the start times are refreshed every
+``refresh`` steps (every step in the paper; 16 times an episode by default here, which is what
+keeps a 1,000-unit episode cheap: see benchmarks/generalization.py), the head runs every step. Training simulates after every step for the reward;
 placing does not (only at the refreshes, for the start times, keeping the best state seen).
 
 Training (``reinforce``): one episode per update; reward at step t is log(cost before) - log(cost
