@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/generalization.py --train-shipped     # (re)make devplace/data/placeto-4dev.pt
     .venv/bin/python benchmarks/generalization.py                     # the held-out table and the timings
     .venv/bin/python benchmarks/generalization.py --timings-only
+    .venv/bin/python benchmarks/generalization.py --cross-only        # train on all families but one, place it
 
 The graphs: devplace's zoo families (``devplace.zoo.families``: training split / held-out 20%) when
 that module is present, else ``ZOO_FAMILIES`` below, zoo configurations captured once into
@@ -51,6 +52,7 @@ ZOO_FAMILIES = {
 BASELINES = ("m-sct+opt", "expert", "sim-search")
 TIMING_GRAPH = "zoo:gnmt:layers=8"          # enough ops for 10,000 units
 TIMING_UNITS = (100, 1000, 10000)
+TRAINING_TIMED_UNITS = 1000    # above it a training episode (a simulation per unit) is units x one_simulation_ms
 
 
 def splits() -> dict[str, tuple[list, list]]:
@@ -114,6 +116,35 @@ def held_out_rows(finetune_samples: int, large_samples: int) -> list[dict]:
     return rows
 
 
+def cross_family(samples: int) -> list[dict]:
+    """For each family: a policy trained on the others' training splits places its held-out graphs zero-shot."""
+    import tempfile
+
+    from devplace.learn.placeto import PlacetoOptions, train_policy
+
+    cluster = load_cluster(CLUSTER)
+    every = splits()
+    rows = []
+    for family, (_, held) in every.items():
+        training = [g for other, (train, _) in every.items() if other != family for _, g in train]
+        with tempfile.TemporaryDirectory() as folder:
+            policy = Path(folder) / "cross.pt"
+            figures = train_policy(training, cluster, policy, samples=samples, seed=SEED,
+                                   options=PlacetoOptions(**SHIPPED_OPTIONS))
+            for name, graph in held:
+                single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
+                row = {"placed_family": family, "trained_on": [f for f in every if f != family], "graph": name,
+                       "train_samples": figures["samples_simulated"], "train_s": figures["train_s"],
+                       "zero_shot": step_us(graph, cluster, "placeto", policy=str(policy)),
+                       "m-sct+opt": step_us(graph, cluster, "m-sct+opt")}
+                for key in ("zero_shot", "m-sct+opt"):
+                    if "step_us" in row[key]:
+                        row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single, 4)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
 def episode_timings() -> list[dict]:
     import torch
 
@@ -135,14 +166,19 @@ def episode_timings() -> list[dict]:
         placing = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0), sample=False)
         placing_s = time.perf_counter() - began
         began = time.perf_counter()
-        training = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0))
-        log_p, entropy = pp.log_probs(net, ug, training)
-        (log_p.sum() + entropy.sum()).backward()
-        training_s = time.perf_counter() - began
+        ug.env.evaluate(np.zeros((1, ug.n_units), dtype=np.int64))
+        one_simulation_s = time.perf_counter() - began
         row = {"graph": TIMING_GRAPH, "ops": graph.n_ops, "units": ug.n_units, "coarse_ops": ug.env.graph.n_ops,
                "prepare_s": round(prepare_s, 3), "placing_episode_s": round(placing_s, 3),
-               "placing_simulations": placing.simulations, "training_episode_s": round(training_s, 3),
-               "training_simulations": training.simulations, "load": open("/proc/loadavg").read().split()[:3]}
+               "placing_simulations": placing.simulations, "one_simulation_ms": round(1e3 * one_simulation_s, 2),
+               "load": open("/proc/loadavg").read().split()[:3]}
+        if ug.n_units <= TRAINING_TIMED_UNITS:
+            began = time.perf_counter()
+            training = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0))
+            log_p, entropy = pp.log_probs(net, ug, training)
+            (log_p.sum() + entropy.sum()).backward()
+            row |= {"training_episode_s": round(time.perf_counter() - began, 3),
+                    "training_simulations": training.simulations}
         print(json.dumps(row), flush=True)
         out.append(row)
     return out
@@ -152,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-shipped", action="store_true", help="train the shipped policy (seed %d)" % SEED)
     parser.add_argument("--timings-only", action="store_true")
+    parser.add_argument("--cross-only", action="store_true", help="only train on all but one family, place it")
+    parser.add_argument("--cross-samples", type=int, default=50000)
     parser.add_argument("--finetune-samples", type=int, default=3000)
     parser.add_argument("--large-samples", type=int, default=20000)
     args = parser.parse_args(argv)
@@ -161,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         results["shipped"] = train_shipped()
     elif args.timings_only:
         results["episode_timings"] = episode_timings()
+    elif args.cross_only:
+        results["cross_family"] = cross_family(args.cross_samples)
     else:
         results["held_out"] = held_out_rows(args.finetune_samples, args.large_samples)
         results["budgets"] = {"finetune_samples": args.finetune_samples, "large_samples": args.large_samples}
