@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from devplace.errors import DevplaceError
 from devplace.learn.env import GIB, PlacementEnv
@@ -171,27 +172,32 @@ def node_features(ug: UnitGraph, devices: np.ndarray, step: int, start_fraction:
 
 
 def reach_bits(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """(n, ceil(n / 8)) packed bits: row i has bit j when j is reachable from i along ``src -> dst``.
+    """(n, ceil(n / 8)) packed bits (numpy's packbits order): row i has bit j when j is reachable from i
+    along ``src -> dst``.
 
     Units are numbered in step order, so one sweep from the last settles every acyclic unit graph;
     a unit graph with a cycle (fusion keeps a group in pieces) takes further sweeps until nothing changes."""
-    width = (n + 7) // 8
-    reach = np.zeros((n, width), dtype=np.uint8)
     order = np.argsort(src, kind="stable")
     ptr = np.searchsorted(src[order], np.arange(n + 1))
-    succ = dst[order]
+    return _reach(n, ptr.astype(np.int64), dst[order].astype(np.int64))
+
+
+@njit(cache=True)
+def _reach(n, ptr, succ):
+    reach = np.zeros((n, (n + 7) // 8), dtype=np.uint8)
     changed = True
     while changed:
         changed = False
         for i in range(n - 1, -1, -1):
-            nexts = succ[ptr[i]:ptr[i + 1]]
-            if not len(nexts):
-                continue
-            row = np.bitwise_or.reduce(reach[nexts], axis=0) | reach[i]
-            np.bitwise_or.at(row, nexts >> 3, (0x80 >> (nexts & 7)).astype(np.uint8))  # packbits' bit order
-            if not np.array_equal(row, reach[i]):
-                reach[i] = row
-                changed = True
+            for k in range(ptr[i], ptr[i + 1]):
+                s = succ[k]
+                for w in range(reach.shape[1]):
+                    merged = reach[i, w] | reach[s, w]
+                    if w == s >> 3:
+                        merged |= np.uint8(0x80 >> (s & 7))
+                    if merged != reach[i, w]:
+                        reach[i, w] = merged
+                        changed = True
     return reach
 
 
