@@ -141,3 +141,20 @@ def test_options_are_declared_with_the_authors_defaults():
     assert (options.learning_rate, options.final_learning_rate, options.grad_clip) == (1e-3, 1e-4, 1.25)
     with pytest.raises(DevplaceError, match="finetune_samples"):
         dp.place(ladder(0), CLUSTER, algo="placeto", policy="scratch", finetune_samples=-1)
+
+
+@pytest.mark.parametrize("acyclic", [True, False])
+def test_reach_bits_is_the_transitive_closure(acyclic):
+    from devplace.learn.placeto import reach_bits
+
+    n = 60
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, n, 150), rng.integers(0, n, 150)
+    if acyclic:
+        src, dst = np.minimum(src, dst), np.maximum(src, dst)
+        src, dst = src[src != dst], dst[src != dst]
+    closure = np.zeros((n, n), dtype=bool)
+    closure[src, dst] = True
+    for _ in range(n):
+        closure |= (closure.astype(int) @ closure.astype(int)) > 0
+    assert (np.unpackbits(reach_bits(n, src, dst), axis=1, count=n).astype(bool) == closure).all()

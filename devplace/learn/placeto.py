@@ -175,8 +175,8 @@ def reach_bits(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """(n, ceil(n / 8)) packed bits (numpy's packbits order): row i has bit j when j is reachable from i
     along ``src -> dst``.
 
-    Units are numbered in step order, so one sweep from the last settles every acyclic unit graph;
-    a unit graph with a cycle (fusion keeps a group in pieces) takes further sweeps until nothing changes."""
+    Swept in reverse topological order, one sweep settles an acyclic unit graph; a unit graph with a
+    cycle (fusion keeps a group in pieces) is swept again until nothing changes."""
     order = np.argsort(src, kind="stable")
     ptr = np.searchsorted(src[order], np.arange(n + 1))
     return _reach(n, ptr.astype(np.int64), dst[order].astype(np.int64))
@@ -184,11 +184,34 @@ def reach_bits(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _reach(n, ptr, succ):
+    indegree = np.zeros(n, dtype=np.int64)
+    for k in range(len(succ)):
+        indegree[succ[k]] += 1
+    sweep = np.empty(n, dtype=np.int64)     # Kahn's order; units left on a cycle go last, by number
+    head, tail = 0, 0
+    for i in range(n):
+        if indegree[i] == 0:
+            sweep[tail] = i
+            tail += 1
+    while head < tail:
+        i = sweep[head]
+        head += 1
+        for k in range(ptr[i], ptr[i + 1]):
+            indegree[succ[k]] -= 1
+            if indegree[succ[k]] == 0:
+                sweep[tail] = succ[k]
+                tail += 1
+    acyclic = tail == n
+    for i in range(n):
+        if indegree[i] > 0:
+            sweep[tail] = i
+            tail += 1
     reach = np.zeros((n, (n + 7) // 8), dtype=np.uint8)
     changed = True
     while changed:
         changed = False
-        for i in range(n - 1, -1, -1):
+        for position in range(n - 1, -1, -1):
+            i = sweep[position]
             for k in range(ptr[i], ptr[i + 1]):
                 s = succ[k]
                 for w in range(reach.shape[1]):
@@ -198,6 +221,7 @@ def _reach(n, ptr, succ):
                     if merged != reach[i, w]:
                         reach[i, w] = merged
                         changed = True
+        changed = changed and not acyclic
     return reach
 
 
