@@ -145,7 +145,8 @@ def _current_umask() -> int:
 
 
 # ------------------------------------------------------------------ one set of conventions
-COMMANDS = ("info", "clusters", "algos", "place", "simulate", "compare", "profile", "run", "calibrate", "train placeto")
+COMMANDS = ("info", "clusters", "algos", "place", "simulate", "compare", "profile", "run", "calibrate", "families",
+            "train placeto")
 
 
 def command_options() -> dict[str, list[list[str]]]:
@@ -205,6 +206,7 @@ def test_every_subcommand_prints_json(tmp_path):
     assert json_of("info", GNMT)["ops"] == 192
     assert "baechi-4x2080" in [c["name"] for c in json_of("clusters")]
     assert {"single", "m-sct"} <= {a["name"] for a in json_of("algos")}
+    assert json_of("families", "-o", str(tmp_path / "families"))["families"][0]["members"] >= 32
     placed = json_of("place", GNMT, "--algo", "m-etf", "-o", str(tmp_path / "p.json"))
     assert placed["step_time_us"] == pytest.approx(json_of("simulate", GNMT, "-p", str(tmp_path / "p.json"))["step_time_us"])
     assert json_of("compare", GNMT, "--algos", "single")[0]["step_time_us"] == pytest.approx(520453.0)
