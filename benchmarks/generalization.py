@@ -5,9 +5,10 @@
     .venv/bin/python benchmarks/generalization.py --timings-only
     .venv/bin/python benchmarks/generalization.py --cross-only        # train on all families but one, place it
 
-The graphs: devplace's zoo families (``devplace.zoo.families``: training split / held-out 20%) when
-that module is present, else ``ZOO_FAMILIES`` below, zoo configurations captured once into
-benchmarks/.cache (the last member of each list is held out). Cluster: baechi-4x2080.
+The graphs: ``ZOO_FAMILIES`` below, zoo configurations captured once into benchmarks/.cache (the
+last member of each list is held out; what the shipped policy and the committed figures used), or
+with ``--families`` devplace's graph families (``devplace.zoo.families``: training split / held-out
+20%). Cluster: baechi-4x2080.
 
 For every held-out graph, as ratios to one device (lower is better): Placeto zero-shot with the
 shipped policy, fine-tuned (``--finetune-samples``), trained from scratch on that graph alone with
@@ -55,13 +56,16 @@ TIMING_UNITS = (100, 1000, 10000)
 TRAINING_TIMED_UNITS = 1000    # above it a training episode (a simulation per unit) is units x one_simulation_ms
 
 
+USE_ZOO_FAMILIES = False        # set by --families: devplace.zoo.families instead of ZOO_FAMILIES
+
+
 def splits() -> dict[str, tuple[list, list]]:
     """Per family: (training graphs, held-out graphs) with their names."""
-    try:
-        from devplace.zoo import families
-    except ImportError:
+    if not USE_ZOO_FAMILIES:
         return {name: ([(t, cached_graph(t)) for t in targets[:-1]], [(targets[-1], cached_graph(targets[-1]))])
                 for name, targets in ZOO_FAMILIES.items()}
+    from devplace.zoo import families
+
     out = {}
     for name in families.family_names():
         train, held = families.split(name)
@@ -190,9 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timings-only", action="store_true")
     parser.add_argument("--cross-only", action="store_true", help="only train on all but one family, place it")
     parser.add_argument("--cross-samples", type=int, default=50000)
+    parser.add_argument("--families", action="store_true", help="use devplace.zoo.families, not ZOO_FAMILIES")
     parser.add_argument("--finetune-samples", type=int, default=3000)
     parser.add_argument("--large-samples", type=int, default=20000)
     args = parser.parse_args(argv)
+    global USE_ZOO_FAMILIES
+    USE_ZOO_FAMILIES = args.families
     path = RESULTS / "generalization.json"
     results = json.loads(path.read_text()) if path.exists() else {}
     if args.train_shipped:
