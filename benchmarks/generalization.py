@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/generalization.py --train-shipped     # (re)make devplace/data/placeto-4dev.pt
     .venv/bin/python benchmarks/generalization.py                     # the held-out table and the timings
     .venv/bin/python benchmarks/generalization.py --timings-only
+    .venv/bin/python benchmarks/generalization.py --families --zero-shot-only   # the families' held-out 20%
     .venv/bin/python benchmarks/generalization.py --cross-only        # train on all families but one, place it
 
 The graphs: ``ZOO_FAMILIES`` below, zoo configurations captured once into benchmarks/.cache (the
@@ -100,19 +101,21 @@ def step_us(graph, cluster, algo: str, **options) -> dict:
             **{k: placed.options[k] for k in ("episode_s", "units", "samples_simulated") if k in placed.options}}
 
 
-def held_out_rows(finetune_samples: int, large_samples: int) -> list[dict]:
+def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: bool = False) -> list[dict]:
     cluster = load_cluster(CLUSTER)
+    learned = {"zero_shot": {}} if zero_shot_only else {
+        "zero_shot": {}, "finetuned": {"finetune_samples": finetune_samples},
+        "scratch_small": {"policy": "scratch", "finetune_samples": finetune_samples},
+        "scratch_large": {"policy": "scratch", "finetune_samples": large_samples}}
+    baselines = ("m-sct+opt", "expert") if zero_shot_only else BASELINES
     rows = []
     for family, (_, held) in splits().items():
         for name, graph in held:
             single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
-            row = {"family": family, "graph": name, "ops": graph.n_ops, "single_us": single,
-                   "zero_shot": step_us(graph, cluster, "placeto"),
-                   "finetuned": step_us(graph, cluster, "placeto", finetune_samples=finetune_samples),
-                   "scratch_small": step_us(graph, cluster, "placeto", policy="scratch", finetune_samples=finetune_samples),
-                   "scratch_large": step_us(graph, cluster, "placeto", policy="scratch", finetune_samples=large_samples)}
-            row |= {algo: step_us(graph, cluster, algo) for algo in BASELINES}
-            for key in ("zero_shot", "finetuned", "scratch_small", "scratch_large", *BASELINES):
+            row = {"family": family, "graph": name, "ops": graph.n_ops, "single_us": single}
+            row |= {key: step_us(graph, cluster, "placeto", **options) for key, options in learned.items()}
+            row |= {algo: step_us(graph, cluster, algo) for algo in baselines}
+            for key in (*learned, *baselines):
                 if "step_us" in row[key]:
                     row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single, 4)
             print(json.dumps(row), flush=True)
@@ -195,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cross-only", action="store_true", help="only train on all but one family, place it")
     parser.add_argument("--cross-samples", type=int, default=50000)
     parser.add_argument("--families", action="store_true", help="use devplace.zoo.families, not ZOO_FAMILIES")
+    parser.add_argument("--zero-shot-only", action="store_true",
+                        help="held-out graphs: only zero-shot, m-SCT+opt and expert (no training)")
     parser.add_argument("--finetune-samples", type=int, default=3000)
     parser.add_argument("--large-samples", type=int, default=20000)
     args = parser.parse_args(argv)
@@ -208,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         results["episode_timings"] = episode_timings()
     elif args.cross_only:
         results["cross_family"] = cross_family(args.cross_samples)
+    elif args.zero_shot_only:
+        key = "zero_shot_families" if args.families else "zero_shot_held_out"
+        results[key] = held_out_rows(0, 0, zero_shot_only=True)
     else:
         results["held_out"] = held_out_rows(args.finetune_samples, args.large_samples)
         results["budgets"] = {"finetune_samples": args.finetune_samples, "large_samples": args.large_samples}
