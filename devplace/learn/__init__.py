@@ -18,4 +18,4 @@ Each learner is one module registered as a placer (``colocrl``, ``hp``); it impo
 when it runs, so ``import devplace`` and the algorithmic placers stay torch-free.
 """
 
-from devplace.learn import colocrl, hp  # noqa: F401,E402  (register "colocrl" and "hp"; torch-free until they run)
+from devplace.learn import colocrl, hp, placeto  # noqa: F401,E402  (register the learners; torch-free until they run)
