@@ -37,6 +37,7 @@ ALGOS = ["m-topo", "m-etf", "m-sct", "m-topo+opt", "m-etf+opt", "m-sct+opt"]
 LOW, HIGH = 0.25, 4.0   # fractions of the one-device peak bisected between (4 devices: below 1/4 is hopeless)
 STEPS = 7               # bisection steps: (HIGH - LOW) / 2**7 = 0.03
 ACCOUNTINGS = {"schedule": _memory.SCHEDULE_ATTEMPTS, "never-free": 0}
+BAECHI_30_GIB = 0.3 * 8   # Baechi's tight rows: 30% of an RTX 2080's 8 GiB
 
 
 def models() -> list[str]:
@@ -100,10 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", help="zoo targets (default: Baechi's table)")
     parser.add_argument("--algos", default=",".join(ALGOS))
     parser.add_argument("--force", action="store_true", help="recompute models already in the results")
+    parser.add_argument("--table", action="store_true", help="only print the table of the results")
     args = parser.parse_args(argv)
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     algos = args.algos.split(",")
-    for target in args.models or models():
+    for target in [] if args.table else args.models or models():
         done = results.get(target, {}).get("rows", {})
         missing = [a for a in algos if args.force or a not in done]
         if not missing:
@@ -121,12 +123,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(results: dict) -> str:
-    """Markdown: per model and placer, the smallest fraction placed, never-freeing -> over the schedule."""
+    """Markdown: per model and placer, the smallest fraction placed, never-freeing -> over the schedule;
+    and which placers place at Baechi's 30% memory (0.3 x 8 GiB per GPU), before -> after."""
     algos = list(dict.fromkeys(a for entry in results.values() for a in entry["rows"]))
-    lines = ["| model (ops, one-device peak) | " + " | ".join(algos) + " |",
-             "|---" * (len(algos) + 1) + "|"]
+    lines = ["| model (ops, one-device peak; 2.4 GiB as a fraction of it) | " + " | ".join(algos)
+             + " | placing at 2.4 GiB |", "|---" * (len(algos) + 2) + "|"]
     for entry in results.values():
-        cells = []
+        baechi_30 = BAECHI_30_GIB / entry["one_device_peak_gib"]
+        cells, placing = [], {"never-free": 0, "schedule": 0}
         for algo in algos:
             row = entry["rows"].get(algo)
             if row is None:
@@ -135,7 +139,10 @@ def table(results: dict) -> str:
             before, after = (row[k].get("fraction") for k in ("never-free", "schedule"))
             show = [f"{x:.2f}" if x is not None else f">{HIGH:g}" for x in (before, after)]
             cells.append(f"{show[0]} -> **{show[1]}**")
-        lines.append(f"| {entry['target']} ({entry['ops']:,}, {entry['one_device_peak_gib']} GiB) | " + " | ".join(cells) + " |")
+            for key in placing:
+                placing[key] += row[key].get("fraction") is not None and row[key]["fraction"] <= baechi_30
+        lines.append(f"| {entry['target']} ({entry['ops']:,}, {entry['one_device_peak_gib']} GiB; {baechi_30:.2f}) | "
+                     + " | ".join(cells) + f" | {placing['never-free']} -> **{placing['schedule']}** of {len(algos)} |")
     return "\n".join(lines)
 
 
