@@ -207,8 +207,9 @@ def check_can_fit(graph, cluster, algo: str) -> None:
 # ------------------------------------------------------------------ memory over the schedule
 # The model above never frees, so four devices with 2.4x the one-device peak can still be refused.
 # ``ScheduleMemory`` follows the schedule a placer builds instead: an op's output and temporaries are
-# allocated when it starts, a received copy when its first consumer on the device starts, the
-# temporaries freed when the op finishes, and an output (or a copy) once every consumer of it has
+# allocated when it starts, a received copy from when its producer finished (the simulator sends it
+# then; it is charged when its first consumer on the device is booked), the temporaries freed when
+# the op finishes, and an output (or a copy) once every consumer of it has
 # started and finished (the last finish: it also bounds the end of every transfer it fed). The
 # placer's times are predictions that the simulator need not follow, so this is not an upper bound
 # of the simulated peak: ``place_within_memory`` simulates what it returns and falls back to the
