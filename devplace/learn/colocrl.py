@@ -70,4 +70,7 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     def sample(k, generator, noise_std):
         return policy(features, k, generator, noise_std)
 
-    return reinforce(NAME, graph, cluster, units.unit_of, policy, sample, options, seed)
+    def clone(targets):
+        return policy(features, 1, None, 0.0, forced=targets.unsqueeze(0)).log_prob[0]
+
+    return reinforce(NAME, graph, cluster, units.unit_of, policy, sample, options, seed, clone)
