@@ -337,3 +337,16 @@ def test_compare_runs_a_learner_with_a_sample_budget(tmp_path):
     rows = {row["algorithm"]: row for row in json.loads(done.stdout)}
     assert set(rows) == {"single", "colocrl"} and rows["colocrl"]["error"] is None
     assert rows["colocrl"]["step_time_us"] > 0
+
+
+def test_temperature_sharpens_sampling_but_not_cloning(tmp_path):
+    import csv
+
+    def first_entropy_and_fit(temperature):
+        log = tmp_path / f"t{temperature}.csv"
+        placed = dp.place(slow_second_half(), fast_and_slow(), algo="colocrl", seed=0, samples=5, log=str(log),
+                          init="accelerate-auto", init_updates=5, temperature=temperature, **FAST)
+        return float(next(csv.DictReader(log.open()))["entropy"]), placed.options["init_fit"]
+
+    (hot, hot_fit), (cold, cold_fit) = first_entropy_and_fit(1.0), first_entropy_and_fit(0.25)
+    assert cold < 0.7 * hot and cold_fit == hot_fit

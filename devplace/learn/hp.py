@@ -72,7 +72,8 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     with seeded(seed):
         grouper = Grouper(N_FEATURES, n_groups, options.grouper_hidden_size)
         placer = Seq2SeqPlacer(2 * n_groups + MAX_KINDS + 1, cluster.n_devices, options.hidden_size,
-                               bidirectional=True, tanh_constant=options.tanh_constant)
+                               bidirectional=True, tanh_constant=options.tanh_constant,
+                               temperature=options.temperature)
     policy = torch.nn.ModuleDict({"grouper": grouper, "placer": placer})
 
     def sample(k, generator, noise_std):

@@ -47,11 +47,14 @@ def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float, fo
 class Seq2SeqPlacer(nn.Module):
     """Encoder LSTM over the units; decoder LSTM (started from the encoder's last state, fed the
     embedding of its previous choice) with additive attention over the encoded units; device logits
-    bounded to +-``tanh_constant`` if it is > 0 (HP's public code: 1.0), so no device is ever ruled out."""
+    bounded to +-``tanh_constant`` if it is > 0 (HP's public code: 1.0), so no device is ever ruled out,
+    then, when sampling, divided by ``temperature``."""
 
-    def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float):
+    def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float,
+                 temperature: float = 1.0):
         super().__init__()
         self.n_devices, self.tanh_constant, self.bidirectional = n_devices, tanh_constant, bidirectional
+        self.temperature = temperature
         hidden = 2 * (hidden // 2) if bidirectional else hidden
         self.embed = nn.Linear(n_features, hidden)
         self.encoder = nn.LSTM(hidden, hidden // 2 if bidirectional else hidden, batch_first=True,
@@ -79,6 +82,8 @@ class Seq2SeqPlacer(nn.Module):
             logits = self.output(torch.cat([h, context], -1))
             if self.tanh_constant > 0:
                 logits = torch.tanh(logits) * self.tanh_constant
+            if forced is None:
+                logits = logits / self.temperature    # sampling only: a clone fits the untempered policy
             previous, log_p, entropy = _draw(logits, generator, noise_std, None if forced is None else forced[:, i])
             actions.append(previous)
             log_probs.append(log_p)

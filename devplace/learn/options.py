@@ -41,6 +41,8 @@ class LearnerOptions:
     baseline_decay: float = option(0.9, "moving-average baseline: b <- decay * b + (1 - decay) * mean reward")
     logit_noise_std: float = option(0.0, "Gaussian noise added to the policy's logits while exploring")
     noise_updates: int = option(0, "updates during which the logit noise is added")
+    temperature: float = option(1.0, "divide the device logits by this before sampling (HP public code: 1.0); "
+                                     "below 1 samples nearer the most likely placement, e.g. a cloned warm start")
     normalize_advantage: bool = option(False, "divide each update's advantages by the standard deviation of its "
                                               "rewards (devplace's variant; the papers do not)")
     entropy_weight: float = option(0.0, "add this times the mean entropy per decision to the objective "
