@@ -116,13 +116,13 @@ def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None
                               log=str(log), **options)
         except DevplaceError as exc:
             return {"error": str(exc), "options": options, "seconds": round(time.perf_counter() - began, 1)}
-        rows = list(csv.DictReader(log.open()))
+        rows = list(csv.DictReader(log.open())) if log.exists() else []    # none: the time ran out while cloning
     curve = [(int(r["samples"]), float(r["wall_s"]), float(r["best_step_us"])) for r in rows]
     run = {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
            "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1),
            "options": options, "date": time.strftime("%Y-%m-%d")}
-    return run | {key: placed.options[key] for key in ("init_step_us", "init_fit", "learned_step_us", "returned")
-                  if key in placed.options}
+    figures = ("init_step_us", "init_fit", "init_updates_done", "learned_step_us", "returned")
+    return run | {key: placed.options[key] for key in figures if key in placed.options}
 
 
 def batch_cost(graph, cluster, k: int = 64) -> dict:

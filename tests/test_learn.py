@@ -350,3 +350,9 @@ def test_temperature_sharpens_sampling_but_not_cloning(tmp_path):
 
     (hot, hot_fit), (cold, cold_fit) = first_entropy_and_fit(1.0), first_entropy_and_fit(0.25)
     assert cold < 0.7 * hot and cold_fit == hot_fit
+
+
+def test_time_budget_covers_cloning():
+    placed = dp.place(slow_second_half(), fast_and_slow(), algo="colocrl", samples=50, init="accelerate-auto",
+                      init_updates=10_000, time_budget_s=1.0, **FAST)
+    assert 0 < placed.options["init_updates_done"] < 10_000 and placed.options["stopped_by"] == "time"

@@ -85,6 +85,7 @@ class _State:
     init_step_us: float | None = None         # the warm start's simulated step time, once cloned
     init_devices: np.ndarray | None = None
     init_fit: float | None = None             # after cloning: the policy's mean probability of the warm start's choices
+    init_updates_done: int = 0                # cloning steps taken (fewer than init_updates if the time budget ran out)
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -138,8 +139,9 @@ def unit_majority(devices: np.ndarray, unit_of: np.ndarray, n_devices: int) -> n
     return counts.argmax(1)
 
 
-def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed) -> None:
-    """Simulate the warm start once and fit the policy to it by teacher forcing (deterministic: no sampling)."""
+def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed, deadline: float) -> None:
+    """Simulate the warm start once and fit the policy to it by teacher forcing (deterministic: no sampling),
+    stopping early at ``deadline`` (``time.perf_counter()``; the time budget covers cloning too)."""
     from devplace.sim import Simulator
 
     devices = warm_start(name, graph, cluster, options.init, seed)
@@ -150,12 +152,15 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
     targets = torch.from_numpy(unit_majority(devices, unit_of, cluster.n_devices))
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.init_learning_rate)
     for _ in range(options.init_updates):
+        if time.perf_counter() >= deadline:
+            break
         loss = -clone(targets) / len(targets)
         optimizer.zero_grad()
         loss.backward()
         if options.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
         optimizer.step()
+        state.init_updates_done += 1
     with torch.no_grad():
         state.init_fit = math.exp(float(clone(targets)) / len(targets))
 
@@ -187,7 +192,8 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     with one_thread(), evaluator(graph, cluster, unit_of, workers=options.workers, ray=options.ray,
                                  ray_address=options.ray_address) as rollouts:
         if options.init and state.update == 0 and state.samples == 0:
-            _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed)
+            deadline = math.inf if options.time_budget_s is None else began + options.time_budget_s
+            _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed, deadline)
         while state.samples < options.samples:
             if options.time_budget_s is not None and time.perf_counter() - began >= options.time_budget_s:
                 stopped_by = "time"
@@ -238,7 +244,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
                "step_us": state.best_step_us if learned else state.init_step_us}
     if options.init:
         figures |= {"init": options.init, "init_step_us": state.init_step_us, "init_fit": state.init_fit,
-                    "learned_step_us": state.best_step_us,
+                    "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
     return Placement(devices=devices, options=figures)
 
