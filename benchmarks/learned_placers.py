@@ -9,7 +9,7 @@ m-SCT+opt and sim-search.
 
 ``--config`` picks the learners' options: ``paper`` (the papers' and the public code's defaults) or
 ``devplace`` (``DEVPLACE``: a warm start cloned from the faster of expert and m-SCT+opt, then
-REINFORCE with normalised advantages; see docs/learning.md). Rows of one configuration are kept
+REINFORCE sampling at temperature 0.5 with normalised advantages; see docs/learning.md). Rows of one configuration are kept
 when the other is run (``colocrl`` and ``colocrl/devplace`` in the JSON).
 
     .venv/bin/python benchmarks/learned_placers.py                          # every model, 2000 samples
@@ -48,8 +48,9 @@ LEARNERS = ("colocrl", "hp")
 WARM_STARTS = ("expert", "m-sct+opt")
 # devplace's variant (docs/learning.md): options beside the warm start, per learner
 DEVPLACE = {
-    "colocrl": dict(init_updates=200, learning_rate=0.0001, normalize_advantage=True),
-    "hp": dict(init_updates=100, tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True),
+    "colocrl": dict(init_updates=100, temperature=0.5, learning_rate=0.0001, normalize_advantage=True),
+    "hp": dict(init_updates=100, temperature=0.5, tanh_constant=0.0, learning_rate=0.001, noise_updates=0,
+               normalize_advantage=True),
 }
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", choices=("paper", "devplace"), default="devplace",
                         help="the learners' options: the papers' defaults or devplace's variant (warm start)")
     parser.add_argument("--learners", default=",".join(LEARNERS), help="comma-separated subset of colocrl,hp")
+    parser.add_argument("--reuse-baselines", action="store_true",
+                        help="take the baselines' figures from the results file (they are seeded: the same)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}, 200 samples")
     parser.add_argument("--plots", action="store_true", help="only redraw the curves and the table from the results")
     parser.add_argument("--batch-cost", metavar="GRAPH", help="only time a batch of 64 on GRAPH (a graph file) "
@@ -262,9 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name} ({cluster.n_devices} devices)", flush=True)
         kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # other configurations' runs
+        earlier = results.get(name, {})
+        reuse = args.reuse_baselines and "baselines" in earlier
         entry = kept | {"ops": graph.n_ops, "cluster": cluster.name, "samples": samples,
                         "time_budget_s": args.time_budget_s, "load_average": os.getloadavg(),
-                        "batch_cost": batch_cost(graph, cluster), "baselines": baselines(graph, cluster)}
+                        "batch_cost": earlier["batch_cost"] if reuse else batch_cost(graph, cluster),
+                        "baselines": earlier["baselines"] if reuse else baselines(graph, cluster)}
         cost = entry["batch_cost"]
         print(f"  a batch of {cost['k']}: {cost['batch_s']:.3f} s, {cost['k']} single simulations {cost['singles_s']:.3f} s",
               flush=True)
