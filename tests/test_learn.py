@@ -356,3 +356,4 @@ def test_time_budget_covers_cloning():
     placed = dp.place(slow_second_half(), fast_and_slow(), algo="colocrl", samples=50, init="accelerate-auto",
                       init_updates=10_000, time_budget_s=1.0, **FAST)
     assert 0 < placed.options["init_updates_done"] < 10_000 and placed.options["stopped_by"] == "time"
+    assert placed.options["train_s"] >= 1.0 and placed.options["returned"] == "init"

@@ -194,6 +194,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
         if options.init and state.update == 0 and state.samples == 0:
             deadline = math.inf if options.time_budget_s is None else began + options.time_budget_s
             _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed, deadline)
+            state.wall_s = time.perf_counter() - began
         while state.samples < options.samples:
             if options.time_budget_s is not None and time.perf_counter() - began >= options.time_budget_s:
                 stopped_by = "time"
