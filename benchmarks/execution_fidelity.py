@@ -15,6 +15,12 @@ relative error and Spearman's rank correlation of measured vs simulated, and wha
 
     .venv/bin/python benchmarks/execution_fidelity.py            # ~10 minutes here
     .venv/bin/python benchmarks/execution_fidelity.py --quick    # 2 models, 3 placers, a smoke run
+    .venv/bin/python benchmarks/execution_fidelity.py --quick --learners colocrl,hp --learner-samples 200
+
+``--learners`` adds rows for learning placers (colocrl, hp, or any other registered learner by name),
+each trained against the simulator on the calibrated cluster for ``--learner-samples`` simulated
+placements (seed 0; ``--learner-option KEY=VALUE`` sets more of their options, e.g. init=m-sct),
+then run for real like every other placement.
 
 Writes benchmarks/results/execution_fidelity.json (and the calibrated cluster beside it).
 """
@@ -66,6 +72,20 @@ def wait_for_quiet(max_load: float, max_wait_s: float) -> tuple[float, float]:
     return load_average(), time.time() - started
 
 
+def parse_options(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` strings as options, each value read as a Python literal when it is one (else a string)."""
+    import ast
+
+    options = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            options[key.strip()] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key.strip()] = value
+    return options
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=7)
@@ -76,6 +96,10 @@ def main() -> None:
     parser.add_argument("--cost", choices=("executed", "measured"), default="executed")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--cluster", help="use this calibrated cluster TOML instead of calibrating now")
+    parser.add_argument("--learners", default="", help="comma-separated learning placers to add (colocrl,hp,...)")
+    parser.add_argument("--learner-samples", type=int, default=200, help="simulated placements each learner trains on")
+    parser.add_argument("--learner-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of every learner (repeatable), e.g. init=m-sct")
     args = parser.parse_args()
 
     from scipy.stats import spearmanr
@@ -92,6 +116,8 @@ def main() -> None:
 
     models = dict(list(MODELS.items())[:2]) if args.quick else MODELS
     algos = ALGOS[:3] if args.quick else ALGOS
+    learners = [name.strip() for name in args.learners.split(",") if name.strip()]
+    learner_options = {"samples": args.learner_samples} | parse_options(args.learner_option)
     started = time.time()
     if args.cluster:
         cluster, calibration_load = load_cluster(args.cluster), None
@@ -109,9 +135,13 @@ def main() -> None:
         prep_load = load_average()
         prepared = prepare(target, cost=args.cost, repeats=7)
         prepared.graph = prepared.graph.with_meta(cost_load_average=prep_load)
-        for algo in algos:
+        for algo in (*algos, *learners):
             try:
-                placement = place(prepared.graph, cluster, algo=algo, seed=0)
+                if algo in learners:  # trained against the cluster its rows are simulated on
+                    placement = place(prepared.graph, prepared.simulation_cluster(cluster), algo=algo, seed=0,
+                                      **learner_options)
+                else:
+                    placement = place(prepared.graph, cluster, algo=algo, seed=0)
                 check_against_graph(prepared.program, prepared.graph, placement, cluster)
             except Exception as exc:  # noqa: BLE001 - a placer that cannot place this graph is reported
                 print(f"  {model}/{algo}: skipped ({exc})", flush=True)
@@ -158,6 +188,9 @@ def main() -> None:
             "simulated_without_overheads_us": sim_plain.step_time_us,
             "simulated_compute_us": float(sim.op_time_us.sum()),
         }
+        if algo in learners:
+            row |= {"learner_options": learner_options, "train_s": placement.options.get("train_s"),
+                    "learner_step_us": placement.options.get("step_us")}
         rows.append(row)
         print(f"  {model:11s} {algo:12s} measured {measured / 1e3:8.2f} ms  simulated "
               f"{sim.step_time_us / 1e3:8.2f} ms  error {100 * row['relative_error']:+6.1f}%  "

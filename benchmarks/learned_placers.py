@@ -7,9 +7,15 @@ For each model, on the papers' clusters: colocrl and hp train for ``--samples`` 
 against samples and against wall-clock seconds, beside the final step times of single, expert,
 m-SCT+opt and sim-search.
 
+``--config`` picks the learners' options: ``paper`` (the papers' and the public code's defaults) or
+``devplace`` (``DEVPLACE``: a warm start cloned from the faster of expert and m-SCT+opt, then
+REINFORCE sampling at temperature 0.5 with normalised advantages; see docs/learning.md). Rows of one configuration are kept
+when the other is run (``colocrl`` and ``colocrl/devplace`` in the JSON).
+
     .venv/bin/python benchmarks/learned_placers.py                          # every model, 2000 samples
     .venv/bin/python benchmarks/learned_placers.py --quick                  # the two bundled graphs, 200 samples
     .venv/bin/python benchmarks/learned_placers.py --models gnmt4 --samples 20000 --time-budget-s 600
+    .venv/bin/python benchmarks/learned_placers.py --config paper --models rnnlm   # the papers' defaults
     .venv/bin/python benchmarks/learned_placers.py --batch-cost GRAPH.json   # a batch of 64 vs 64 simulations
 
 Writes ``benchmarks/results/learned_placers.json`` (one entry per model, merged with earlier runs)
@@ -22,6 +28,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -38,6 +45,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_papers import PAPER_GPU_FRACTION, PRESET, RESULTS, cached_graph  # noqa: E402
 
 LEARNERS = ("colocrl", "hp")
+WARM_STARTS = ("expert", "m-sct+opt")
+# devplace's variant (docs/learning.md): options beside the warm start, per learner
+DEVPLACE = {
+    "colocrl": dict(init_updates=100, temperature=0.5, learning_rate=0.0001, normalize_advantage=True),
+    "hp": dict(init_updates=100, temperature=0.5, tanh_constant=0.0, learning_rate=0.001, noise_updates=0,
+               normalize_advantage=True),
+}
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
 MODELS = {
@@ -85,19 +99,31 @@ def random_search(graph, cluster, samples: int, time_budget_s: float | None) -> 
     return {"best_step_us": best, "curve": thinned(curve)}
 
 
-def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None) -> dict:
+def learner_options(algo: str, config: str, baselines: dict) -> dict:
+    """The options of ``algo`` under ``config``: none for the papers' defaults; for devplace's variant,
+    ``DEVPLACE`` and a warm start from the faster of ``WARM_STARTS`` on this model."""
+    if config == "paper":
+        return {}
+    fastest = min((b for b in WARM_STARTS if "step_us" in baselines[b]), key=lambda b: baselines[b]["step_us"])
+    return DEVPLACE[algo] | {"init": fastest}
+
+
+def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None, options: dict) -> dict:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "log.csv"
         try:
             placed = dp.place(graph, cluster, algo=algo, seed=0, samples=samples, time_budget_s=time_budget_s,
-                              log=str(log))
+                              log=str(log), **options)
         except DevplaceError as exc:
-            return {"error": str(exc), "seconds": round(time.perf_counter() - began, 1)}
-        rows = list(csv.DictReader(log.open()))
+            return {"error": str(exc), "options": options, "seconds": round(time.perf_counter() - began, 1)}
+        rows = list(csv.DictReader(log.open())) if log.exists() else []    # none: the time ran out while cloning
     curve = [(int(r["samples"]), float(r["wall_s"]), float(r["best_step_us"])) for r in rows]
-    return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
-            "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1)}
+    run = {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
+           "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1),
+           "options": options, "date": time.strftime("%Y-%m-%d")}
+    figures = ("init_step_us", "init_fit", "init_updates_done", "learned_step_us", "returned")
+    return run | {key: placed.options[key] for key in figures if key in placed.options}
 
 
 def batch_cost(graph, cluster, k: int = 64) -> dict:
@@ -144,7 +170,7 @@ def plot(name: str, entry: dict) -> None:
     from matplotlib import pyplot as plt
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    runs = {algo: entry[algo] for algo in (*LEARNERS, "random") if "curve" in entry.get(algo, {})}
+    runs = {label: entry[label] for label in (*run_labels(), "random") if "curve" in entry.get(label, {})}
     for column, (index, label) in enumerate(((0, "simulated placements"), (1, "wall-clock seconds"))):
         for algo, run in runs.items():
             points = [(p[index], p[2] / 1e3) for p in run["curve"] if math.isfinite(p[2])]
@@ -165,20 +191,37 @@ def plot(name: str, entry: dict) -> None:
     write_bytes_atomic(RESULTS / f"learned_placers_{name}.png", out.getvalue())
 
 
+def run_label(algo: str, config: str) -> str:
+    """The key of a learner's run in the results: ``colocrl`` (papers' defaults), ``colocrl/devplace``."""
+    return algo if config == "paper" else f"{algo}/{config}"
+
+
+def run_labels() -> list[str]:
+    return [run_label(algo, config) for config in ("paper", "devplace") for algo in LEARNERS]
+
+
 def table(results: dict) -> str:
-    """The BENCHMARKS.md table: best step time (ms) of each ("-": no placement); a learner stopped
-    by the time budget shows how many placements it simulated in brackets."""
-    head = ["model", "ops", "samples", *LEARNERS, "random", *BASELINES]
+    """The BENCHMARKS.md table: best step time (ms) of each ("-": no placement or not run); a learner
+    that simulated another number of placements than the row's (time budget, earlier run) shows it in
+    brackets, a warm-started one
+    marks "=init" when none of its samples beat its warm start (it then returns the warm start)."""
+    labels = run_labels()
+    head = ["model", "ops", "samples", *labels, "random", *BASELINES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def ms(run):
         value = run.get("best_step_us", run.get("step_us"))
         return f"{value / 1e3:.2f}" if value is not None and math.isfinite(value) else "-"
 
+    def cell(run, samples):
+        if not run:
+            return "-"
+        short = f" ({run['samples']:,})" if run.get("samples", samples) != samples else ""
+        return ms(run) + short + (" =init" if run.get("returned") == "init" else "")
+
     for name, entry in results.items():
         cells = [MODELS[name][0], str(entry["ops"]), str(entry["samples"])]
-        cells += [ms(entry[a]) + (f" ({entry[a]['samples']:,})" if entry[a].get("samples", entry["samples"]) < entry["samples"]
-                                  else "") for a in LEARNERS]
+        cells += [cell(entry.get(label, {}), entry["samples"]) for label in labels]
         cells += [ms(entry["random"])] + [ms(entry["baselines"][b]) for b in BASELINES]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -189,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
     parser.add_argument("--samples", type=int, default=2000, help="simulated placements per learner and for random")
     parser.add_argument("--time-budget-s", type=float, default=None, help="wall-clock cap per learner")
+    parser.add_argument("--config", choices=("paper", "devplace"), default="devplace",
+                        help="the learners' options: the papers' defaults or devplace's variant (warm start)")
+    parser.add_argument("--learners", default=",".join(LEARNERS), help="comma-separated subset of colocrl,hp")
+    parser.add_argument("--reuse-baselines", action="store_true",
+                        help="take the baselines' figures from the results file (they are seeded: the same)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}, 200 samples")
     parser.add_argument("--plots", action="store_true", help="only redraw the curves and the table from the results")
     parser.add_argument("--batch-cost", metavar="GRAPH", help="only time a batch of 64 on GRAPH (a graph file) "
@@ -216,20 +264,29 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name} ({cluster.n_devices} devices)", flush=True)
-        entry = {"ops": graph.n_ops, "cluster": cluster.name, "samples": samples,
-                 "time_budget_s": args.time_budget_s, "batch_cost": batch_cost(graph, cluster),
-                 "baselines": baselines(graph, cluster)}
+        kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # other configurations' runs
+        earlier = results.get(name, {})
+        reuse = args.reuse_baselines and "baselines" in earlier
+        entry = kept | {"ops": graph.n_ops, "cluster": cluster.name, "samples": samples,
+                        "time_budget_s": args.time_budget_s, "load_average": os.getloadavg(),
+                        "batch_cost": earlier["batch_cost"] if reuse else batch_cost(graph, cluster),
+                        "baselines": earlier["baselines"] if reuse else baselines(graph, cluster)}
         cost = entry["batch_cost"]
         print(f"  a batch of {cost['k']}: {cost['batch_s']:.3f} s, {cost['k']} single simulations {cost['singles_s']:.3f} s",
               flush=True)
         print("  " + ", ".join(f"{k} {v.get('step_us', math.nan) / 1e3:.2f} ms" for k, v in entry["baselines"].items()),
               flush=True)
-        for algo in LEARNERS:
-            entry[algo] = learner(graph, cluster, algo, samples, args.time_budget_s)
-            print(f"  {algo}: {entry[algo].get('best_step_us', math.nan) / 1e3:.2f} ms "
-                  f"in {entry[algo]['seconds']} s {entry[algo].get('error', '')}", flush=True)
+        for algo in [a.strip() for a in args.learners.split(",") if a.strip()]:
+            label = run_label(algo, args.config)
+            entry[label] = learner(graph, cluster, algo, samples, args.time_budget_s,
+                                   learner_options(algo, args.config, entry["baselines"]))
+            run = entry[label]
+            print(f"  {label}: {run.get('best_step_us', math.nan) / 1e3:.2f} ms in {run['seconds']} s "
+                  f"{run.get('error', '')} (init {run.get('init_step_us', math.nan) / 1e3:.2f} ms, "
+                  f"returned {run.get('returned', '-')}, load {os.getloadavg()[0]:.1f})", flush=True)
         entry["random"] = random_search(graph, cluster, samples, args.time_budget_s)
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
+        results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
         results[name] = entry
         write_text_atomic(path, json.dumps(results, indent=1, default=float) + "\n")
         plot(name, entry)

@@ -276,3 +276,84 @@ def test_hp_shares_the_k_placements_among_several_groupings(tmp_path):
         dp.place(two_chains(), SLOW_LINK, algo="hp", seed=0, samples=8, groupings_per_update=m, log=str(log), **HP_FAST)
         logs[m] = [float(r["entropy"]) for r in csv.DictReader(log.open())]
     assert len(logs[1]) == len(logs[2]) == 2 and logs[1][0] != logs[2][0]   # other groupings, other entropy
+
+
+def slow_second_half() -> dp.OpGraph:
+    """Two chains, a fast and a slow device: m-SCT's placement is the one to start from."""
+    return two_chains(6, {"fast": 100.0, "slow": 1000.0})
+
+
+@pytest.mark.parametrize("algo, options, fit", [("colocrl", FAST, 0.9), ("hp", HP_FAST | dict(tanh_constant=0.0), 0.7)])
+def test_warm_start_is_cloned_and_never_lost(algo, options, fit):
+    """The policy cloned from the warm start gives its choices high probability (an untrained one: 1/2 per
+    device, 1/8 per group); the learner returns a placement at least as fast as the warm start and says
+    which one it returned."""
+    g, cluster = slow_second_half(), fast_and_slow()
+    start = dp.place(g, cluster, algo="accelerate-auto")      # the first 20 ops on device 0, the rest on 1
+    start_us = dp.simulate(g, cluster, start).step_time_us
+    placed = dp.place(g, cluster, algo=algo, seed=0, samples=9, init="accelerate-auto", init_updates=60,
+                      init_learning_rate=0.05, **(options | dict(learning_rate=0.0)))
+    figures = placed.options
+    assert figures["init"] == "accelerate-auto" and figures["init_step_us"] == start_us
+    assert figures["init_fit"] > fit, figures
+    assert figures["samples_simulated"] == 9                 # the warm start is one of the budget's simulations
+    assert dp.simulate(g, cluster, placed).step_time_us == figures["step_us"] <= start_us
+    if figures["returned"] == "init":
+        assert placed.devices.tolist() == start.devices.tolist() and figures["learned_step_us"] >= start_us
+    untrained = dp.place(g, cluster, algo=algo, seed=0, samples=9, **(options | dict(learning_rate=0.0)))
+    assert "init_step_us" not in untrained.options
+
+
+def test_warm_start_refuses_a_search_or_a_learner():
+    for init in ("sim-search", "colocrl", "no-such-placer"):
+        with pytest.raises(DevplaceError, match=f"init='{init}' must be an algorithmic placer"):
+            dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, init=init, **FAST)
+
+
+def test_entropy_bonus_and_normalised_advantage_change_the_update(tmp_path):
+    import csv
+
+    def entropies(**extra):
+        log = tmp_path / "e.csv"
+        dp.place(slow_second_half(), fast_and_slow(), algo="colocrl", seed=0, samples=120, log=str(log),
+                 **(FAST | dict(learning_rate=0.01) | extra))
+        return [float(r["entropy"]) for r in csv.DictReader(log.open())]
+
+    plain, bonus, scaled = entropies(), entropies(entropy_weight=1.0), entropies(normalize_advantage=True)
+    assert np.mean(bonus[-5:]) > np.mean(plain[-5:]) + 0.1          # the bonus keeps the policy exploring
+    assert scaled[0] == plain[0] and scaled[1:] != plain[1:]         # same first samples, other updates
+
+
+def test_compare_runs_a_learner_with_a_sample_budget(tmp_path):
+    import json
+
+    path = tmp_path / "chains.json"
+    dp.save_graph(two_chains(), path)
+    done = subprocess.run(
+        [sys.executable, "-m", "devplace.cli", "compare", str(path), "--cluster", "baechi-4x2080",
+         "--algos", "single,colocrl", "--option", "colocrl.samples=6", "--option", "colocrl.hidden_size=16", "--json"],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = {row["algorithm"]: row for row in json.loads(done.stdout)}
+    assert set(rows) == {"single", "colocrl"} and rows["colocrl"]["error"] is None
+    assert rows["colocrl"]["step_time_us"] > 0
+
+
+def test_temperature_sharpens_sampling_but_not_cloning(tmp_path):
+    import csv
+
+    def first_entropy_and_fit(temperature):
+        log = tmp_path / f"t{temperature}.csv"
+        placed = dp.place(slow_second_half(), fast_and_slow(), algo="colocrl", seed=0, samples=5, log=str(log),
+                          init="accelerate-auto", init_updates=5, temperature=temperature, **FAST)
+        return float(next(csv.DictReader(log.open()))["entropy"]), placed.options["init_fit"]
+
+    (hot, hot_fit), (cold, cold_fit) = first_entropy_and_fit(1.0), first_entropy_and_fit(0.25)
+    assert cold < 0.7 * hot and cold_fit == hot_fit
+
+
+def test_time_budget_covers_cloning():
+    placed = dp.place(slow_second_half(), fast_and_slow(), algo="colocrl", samples=50, init="accelerate-auto",
+                      init_updates=10_000, time_budget_s=1.0, **FAST)
+    assert 0 < placed.options["init_updates_done"] < 10_000 and placed.options["stopped_by"] == "time"
+    assert placed.options["train_s"] >= 1.0 and placed.options["returned"] == "init"

@@ -65,9 +65,12 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     features = torch.from_numpy(unit_features(graph, units.unit_of))
     with seeded(seed):
         policy = Seq2SeqPlacer(N_FEATURES, cluster.n_devices, options.hidden_size, bidirectional=False,
-                               tanh_constant=options.tanh_constant)
+                               tanh_constant=options.tanh_constant, temperature=options.temperature)
 
     def sample(k, generator, noise_std):
         return policy(features, k, generator, noise_std)
 
-    return reinforce(NAME, graph, cluster, units.unit_of, policy, sample, options, seed)
+    def clone(targets):
+        return policy(features, 1, None, 0.0, forced=targets.unsqueeze(0)).log_prob[0]
+
+    return reinforce(NAME, graph, cluster, units.unit_of, policy, sample, options, seed, clone)

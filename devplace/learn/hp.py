@@ -72,7 +72,8 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     with seeded(seed):
         grouper = Grouper(N_FEATURES, n_groups, options.grouper_hidden_size)
         placer = Seq2SeqPlacer(2 * n_groups + MAX_KINDS + 1, cluster.n_devices, options.hidden_size,
-                               bidirectional=True, tanh_constant=options.tanh_constant)
+                               bidirectional=True, tanh_constant=options.tanh_constant,
+                               temperature=options.temperature)
     policy = torch.nn.ModuleDict({"grouper": grouper, "placer": placer})
 
     def sample(k, generator, noise_std):
@@ -86,4 +87,48 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
                                 entropy=(placed.entropy + grouping.entropy) / 2))
         return Sample(*(torch.cat([getattr(p, name) for p in parts]) for name in ("actions", "log_prob", "entropy")))
 
-    return reinforce(NAME, graph, cluster, ops.unit_of, policy, sample, options, seed)
+    def clone(targets):
+        """Log-probability of the warm start as a grouping and a placement: each device's units, in step
+        order, cut into equal runs of its share of the groups, and each group on its device."""
+        groups, group_device = grouping_of(targets.numpy(), n_groups, cluster.n_devices)
+        groups = torch.from_numpy(groups)
+        grouping = grouper(op_features, None, 0.0, groups=groups)
+        embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
+        placed = placer(embedded, 1, None, 0.0, forced=torch.from_numpy(group_device).unsqueeze(0))
+        return placed.log_prob[0] + grouping.log_prob[0]
+
+    return reinforce(NAME, graph, cluster, ops.unit_of, policy, sample, options, seed, clone)
+
+
+def grouping_of(unit_devices: np.ndarray, n_groups: int, n_devices: int) -> tuple[np.ndarray, np.ndarray]:
+    """A grouping that reproduces a placement of units (in step order), as (group per unit, device per group).
+
+    The placement's runs of consecutive units on one device each take a share of the groups proportional
+    to their length (at least one) and are cut into that many equal pieces, so each group is a slice of
+    the step the Grouper can learn from the units' positions; with more runs than groups, each device's
+    units are cut into equal runs of its share of the groups instead.
+
+    >>> grouping_of(np.array([0, 0, 0, 0, 1, 1]), 3, 2)
+    (array([0, 0, 1, 1, 2, 2]), array([0, 0, 1]))
+    >>> grouping_of(np.array([0, 1, 0, 1, 0]), 4, 2)
+    (array([0, 2, 0, 3, 1]), array([0, 0, 1, 1]))
+    """
+    unit_devices = np.asarray(unit_devices, dtype=np.int64)
+    starts = np.r_[0, np.flatnonzero(np.diff(unit_devices)) + 1]
+    lengths = np.diff(np.r_[starts, len(unit_devices)])
+    groups = np.empty(len(unit_devices), dtype=np.int64)
+    if len(starts) <= n_groups:
+        pieces = 1 + (n_groups - len(starts)) * lengths // lengths.sum()
+        pieces[np.argmax(lengths)] += n_groups - pieces.sum()
+        first = np.cumsum(pieces) - pieces
+        group_device = np.empty(n_groups, dtype=np.int64)
+        for start, length, piece, base in zip(starts, lengths, pieces, first):
+            groups[start:start + length] = base + np.arange(length) * piece // length
+            group_device[base:base + piece] = unit_devices[start]
+        return groups, group_device
+    share = max(1, n_groups // n_devices)
+    group_device = np.minimum(np.arange(n_groups) // share, n_devices - 1)
+    for d in range(n_devices):
+        mine = np.flatnonzero(unit_devices == d)
+        groups[mine] = min(d * share, n_groups - 1) + np.arange(len(mine)) * share // max(len(mine), 1)
+    return groups, group_device

@@ -28,14 +28,18 @@ class Sample:
     entropy: torch.Tensor    # (K,)
 
 
-def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float):
+def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float, forced: torch.Tensor | None = None):
     """One choice per row: (choice, its log-probability, the row's entropy). Exploration noise is
-    Gaussian with ``noise_std`` times the logits' root-mean-square, as HP's public code adds it."""
+    Gaussian with ``noise_std`` times the logits' root-mean-square, as HP's public code adds it.
+    ``forced`` (one choice per row) is scored instead of drawn: teacher forcing, for behaviour cloning."""
     if noise_std > 0:
         scale = noise_std * logits.detach().norm() / logits.numel() ** 0.5
         logits = logits + scale * torch.randn(logits.shape, generator=generator)
     log_p = F.log_softmax(logits, dim=-1)
-    choice = torch.multinomial(log_p.exp().detach(), 1, generator=generator).squeeze(-1)
+    if forced is None:
+        choice = torch.multinomial(log_p.exp().detach(), 1, generator=generator).squeeze(-1)
+    else:
+        choice = forced
     entropy = -(log_p.exp() * log_p).sum(-1)
     return choice, log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1), entropy
 
@@ -43,11 +47,14 @@ def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float):
 class Seq2SeqPlacer(nn.Module):
     """Encoder LSTM over the units; decoder LSTM (started from the encoder's last state, fed the
     embedding of its previous choice) with additive attention over the encoded units; device logits
-    bounded to +-``tanh_constant`` if it is > 0 (HP's public code: 1.0), so no device is ever ruled out."""
+    bounded to +-``tanh_constant`` if it is > 0 (HP's public code: 1.0), so no device is ever ruled out,
+    then, when sampling, divided by ``temperature``."""
 
-    def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float):
+    def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float,
+                 temperature: float = 1.0):
         super().__init__()
         self.n_devices, self.tanh_constant, self.bidirectional = n_devices, tanh_constant, bidirectional
+        self.temperature = temperature
         hidden = 2 * (hidden // 2) if bidirectional else hidden
         self.embed = nn.Linear(n_features, hidden)
         self.encoder = nn.LSTM(hidden, hidden // 2 if bidirectional else hidden, batch_first=True,
@@ -59,22 +66,25 @@ class Seq2SeqPlacer(nn.Module):
         self.attend_score = nn.Linear(hidden, 1, bias=False)
         self.output = nn.Linear(2 * hidden, n_devices)
 
-    def forward(self, features: torch.Tensor, k: int, generator: torch.Generator, noise_std: float = 0.0) -> Sample:
-        """K device sequences for the (N, features) units."""
+    def forward(self, features: torch.Tensor, k: int, generator: torch.Generator, noise_std: float = 0.0,
+                forced: torch.Tensor | None = None) -> Sample:
+        """K device sequences for the (N, features) units; given ``forced`` (K, N), their log-probabilities."""
         encoded, (h, c) = self.encoder(torch.tanh(self.embed(features)).unsqueeze(0))
         memory = self.attend_memory(encoded).expand(k, -1, -1)
         h = h.transpose(0, 1).reshape(1, -1).expand(k, -1)       # both directions' last states side by side
         c = c.transpose(0, 1).reshape(1, -1).expand(k, -1)
         previous = torch.full((k,), self.n_devices, dtype=torch.long)
         actions, log_probs, entropies = [], [], []
-        for _ in range(features.shape[0]):
+        for i in range(features.shape[0]):
             h, c = self.decoder(self.device_embed(previous), (h, c))
             scores = self.attend_score(torch.tanh(memory + self.attend_query(h).unsqueeze(1))).squeeze(-1)
             context = (F.softmax(scores, -1).unsqueeze(-1) * memory).sum(1)
             logits = self.output(torch.cat([h, context], -1))
             if self.tanh_constant > 0:
                 logits = torch.tanh(logits) * self.tanh_constant
-            previous, log_p, entropy = _draw(logits, generator, noise_std)
+            if forced is None:
+                logits = logits / self.temperature    # sampling only: a clone fits the untempered policy
+            previous, log_p, entropy = _draw(logits, generator, noise_std, None if forced is None else forced[:, i])
             actions.append(previous)
             log_probs.append(log_p)
             entropies.append(entropy)
@@ -88,9 +98,10 @@ class Grouper(nn.Module):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(n_features, hidden), nn.Linear(hidden, n_groups))
 
-    def forward(self, features: torch.Tensor, generator: torch.Generator, noise_std: float = 0.0) -> Sample:
-        """One grouping: a group per op (as a batch of one)."""
-        groups, log_p, entropy = _draw(self.net(features), generator, noise_std)
+    def forward(self, features: torch.Tensor, generator: torch.Generator, noise_std: float = 0.0,
+                groups: torch.Tensor | None = None) -> Sample:
+        """One grouping: a group per op (as a batch of one); given ``groups``, its log-probability."""
+        groups, log_p, entropy = _draw(self.net(features), generator, noise_std, groups)
         return Sample(groups.unsqueeze(0), log_p.sum().unsqueeze(0), entropy.mean().unsqueeze(0))
 
 

@@ -41,6 +41,16 @@ class LearnerOptions:
     baseline_decay: float = option(0.9, "moving-average baseline: b <- decay * b + (1 - decay) * mean reward")
     logit_noise_std: float = option(0.0, "Gaussian noise added to the policy's logits while exploring")
     noise_updates: int = option(0, "updates during which the logit noise is added")
+    temperature: float = option(1.0, "divide the device logits by this before sampling (HP public code: 1.0); "
+                                     "below 1 samples nearer the most likely placement, e.g. a cloned warm start")
+    normalize_advantage: bool = option(False, "divide each update's advantages by the standard deviation of its "
+                                              "rewards (devplace's variant; the papers do not)")
+    entropy_weight: float = option(0.0, "add this times the mean entropy per decision to the objective "
+                                        "(devplace's variant; the papers add none)")
+    init: str = option("", "warm start: clone this algorithmic placer's placement (e.g. expert, m-sct+opt) "
+                           "before REINFORCE, and return it if no sample beats it")
+    init_updates: int = option(200, "behaviour-cloning updates of the warm start (teacher forcing, no simulation)")
+    init_learning_rate: float = option(0.01, "Adam learning rate while cloning the warm start")
 
 
 def learning_rate_at(options: LearnerOptions, update: int) -> float:

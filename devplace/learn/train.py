@@ -10,6 +10,13 @@ One update, as both ColocRL and the Hierarchical Planner train:
    Adam takes one step (learning rate on the staircase schedule, gradient norm clipped);
 4. the baseline moves: ``b <- decay * b + (1 - decay) * mean_k R_k``.
 
+devplace's variant adds, as options the papers leave at zero: advantages divided by the standard
+deviation of the update's rewards (``normalize_advantage``), an entropy bonus (``entropy_weight``), and
+a warm start (``init``): an algorithmic placer's placement, simulated once, is cloned into the policy
+by teacher forcing (``init_updates`` steps of maximum likelihood, no simulation) before REINFORCE
+starts, as GDP and DOPPLER start from a heuristic; the learner returns the warm start itself, and
+says so, if none of its samples beats it.
+
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
 written to ``checkpoint``; ``resume`` continues from it and ends exactly where an uninterrupted run
@@ -75,6 +82,10 @@ class _State:
     least_over_bytes: float = math.inf
     least_peak_bytes: np.ndarray | None = None
     rows: list = dataclasses.field(default_factory=list)
+    init_step_us: float | None = None         # the warm start's simulated step time, once cloned
+    init_devices: np.ndarray | None = None
+    init_fit: float | None = None             # after cloning: the policy's mean probability of the warm start's choices
+    init_updates_done: int = 0                # cloning steps taken (fewer than init_updates if the time budget ran out)
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -107,13 +118,63 @@ def _load(path, identity, policy, optimizer, generator) -> _State:
     return _State(**saved["state"])
 
 
+def warm_start(name: str, graph, cluster, init: str, seed: int) -> np.ndarray:
+    """Per op, the device the algorithmic placer ``init`` gives (never a search or a learner: a learner
+    must not pass off another search's result as its own)."""
+    from devplace.placers import available
+    from devplace.portfolio import place   # the portfolio parses ALGO+opt; a learner that runs a placer sits beside it
+
+    base = init.split("+")[0]
+    info = available().get(base)
+    if info is None or base == "sim-search" or not info.by_default:
+        raise DevplaceError(f"{name}: option init={init!r} must be an algorithmic placer such as expert or "
+                            f"m-sct+opt (not a search or a learner)")
+    return np.asarray(place(graph, cluster, algo=init, seed=seed).devices, dtype=np.int64)
+
+
+def unit_majority(devices: np.ndarray, unit_of: np.ndarray, n_devices: int) -> np.ndarray:
+    """Per unit, the device most of its ops are on (the lowest index on a tie)."""
+    n_units = int(unit_of.max()) + 1
+    counts = np.bincount(unit_of * n_devices + devices, minlength=n_units * n_devices).reshape(n_units, n_devices)
+    return counts.argmax(1)
+
+
+def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed, deadline: float) -> None:
+    """Simulate the warm start once and fit the policy to it by teacher forcing (deterministic: no sampling),
+    stopping early at ``deadline`` (``time.perf_counter()``; the time budget covers cloning too)."""
+    from devplace.sim import Simulator
+
+    devices = warm_start(name, graph, cluster, options.init, seed)
+    result = Simulator(graph, cluster).run(devices)
+    state.samples += 1
+    if not result.oom_devices:
+        state.init_step_us, state.init_devices = float(result.step_time_us), devices
+    targets = torch.from_numpy(unit_majority(devices, unit_of, cluster.n_devices))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=options.init_learning_rate)
+    for _ in range(options.init_updates):
+        if time.perf_counter() >= deadline:
+            break
+        loss = -clone(targets) / len(targets)
+        optimizer.zero_grad()
+        loss.backward()
+        if options.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
+        optimizer.step()
+        state.init_updates_done += 1
+    with torch.no_grad():
+        state.init_fit = math.exp(float(clone(targets)) / len(targets))
+
+
 def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module,
               sample: Callable[[int, torch.Generator, float], Sample], options: LearnerOptions,
-              seed: int) -> Placement:
+              seed: int, clone: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Placement:
     """Train ``policy`` (whose ``sample(k, generator, noise_std)`` gives K device rows per unit) and
-    return the best placement that fits, with the run's figures in ``Placement.options``."""
+    return the best placement that fits, with the run's figures in ``Placement.options``. ``clone(targets)``
+    is the policy's log-probability of one device per unit (needed for option ``init``)."""
     if options.samples < 1 or options.samples_per_update < 1:
         raise DevplaceError(f"{name}: options samples and samples_per_update must be at least 1")
+    if options.init and clone is None:
+        raise DevplaceError(f"{name}: option init is not supported by this learner; leave it empty")
     reward = Reward(options.failing_step_s, options.oom_penalty_s_per_gib)
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
     generator = torch.Generator().manual_seed(seed)
@@ -130,6 +191,10 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     task.begin(name, total=options.samples)
     with one_thread(), evaluator(graph, cluster, unit_of, workers=options.workers, ray=options.ray,
                                  ray_address=options.ray_address) as rollouts:
+        if options.init and state.update == 0 and state.samples == 0:
+            deadline = math.inf if options.time_budget_s is None else began + options.time_budget_s
+            _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed, deadline)
+            state.wall_s = time.perf_counter() - began
         while state.samples < options.samples:
             if options.time_budget_s is not None and time.perf_counter() - began >= options.time_budget_s:
                 stopped_by = "time"
@@ -142,8 +207,12 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
             rewards = reward(outcomes)
             if state.baseline is None:
                 state.baseline = float(rewards.mean())
-            advantage = torch.as_tensor(rewards - state.baseline, dtype=torch.float32)
-            loss = -(advantage * drawn.log_prob).mean()
+            advantage = rewards - state.baseline
+            if options.normalize_advantage and k > 1:
+                advantage = advantage / (rewards.std() + 1e-8)
+            loss = -(torch.as_tensor(advantage, dtype=torch.float32) * drawn.log_prob).mean()
+            if options.entropy_weight:
+                loss = loss - options.entropy_weight * drawn.entropy.mean()
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate_at(options, state.update)
             optimizer.zero_grad()
@@ -167,13 +236,18 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
         _save(checkpoint, identity, policy, optimizer, generator, state)
     if options.log and state.rows:
         write_log(options.log, state.rows, f"{name} on {graph.meta.get('name', 'graph')} ({cluster.name})")
-    if state.best_units is None:
+    learned = state.best_units is not None and (state.init_step_us is None or state.best_step_us < state.init_step_us)
+    if not learned and state.init_step_us is None:
         raise _nothing_fits(name, cluster, state)
-    devices = np.asarray(state.best_units, dtype=np.int64)[unit_of]
-    return Placement(devices=devices, options={
-        "updates": state.update, "samples_simulated": state.samples, "stopped_by": stopped_by,
-        "train_s": round(state.wall_s, 3), "step_us": state.best_step_us, "units": int(unit_of.max()) + 1,
-    })
+    devices = np.asarray(state.best_units, dtype=np.int64)[unit_of] if learned else state.init_devices
+    figures = {"updates": state.update, "samples_simulated": state.samples, "stopped_by": stopped_by,
+               "train_s": round(state.wall_s, 3), "units": int(unit_of.max()) + 1,
+               "step_us": state.best_step_us if learned else state.init_step_us}
+    if options.init:
+        figures |= {"init": options.init, "init_step_us": state.init_step_us, "init_fit": state.init_fit,
+                    "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
+                    "returned": "learned" if learned else "init"}
+    return Placement(devices=devices, options=figures)
 
 
 def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> None:
