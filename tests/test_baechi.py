@@ -362,5 +362,5 @@ def test_running_out_while_placing_is_a_clean_error():
     g = b.build()
     c = uniform_cluster(2, memory_bytes=100)
     for algo in ALGOS:
-        with pytest.raises(OutOfMemoryError, match="stuck placing op"):
+        with pytest.raises(OutOfMemoryError, match="found no device with room for op"):
             dp.place(g, c, algo=algo)

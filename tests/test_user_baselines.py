@@ -143,8 +143,8 @@ def test_a_split_that_cannot_fit_is_refused_by_name(algo):
     with pytest.raises(OutOfMemoryError, match=f"{algo} cannot fit the step.*give the devices more memory"):
         dp.place(g, uniform_cluster(2, memory_bytes=4.5 * MIB), algo)
     # with 5 MiB it fits in total, not as these placers cut it (head.dense goes beside embed or alone)
-    expected = {"accelerate-auto": "accelerate-auto cannot fit the step \\(stuck placing op 'p:head.decoder'\\)",
-                "fx-size-partition": "fx-size-partition cannot fit the step \\(stuck placing op 'p:head.decoder'\\)",
+    expected = {"accelerate-auto": "accelerate-auto found no device with room for op 'p:head.decoder'.*another placer",
+                "fx-size-partition": "fx-size-partition found no device with room for op 'p:head.decoder'.*another placer",
                 "pipeline-partition": "placement by 'pipeline-partition' does not fit: device 'gpu0' needs"}
     with pytest.raises(OutOfMemoryError, match=expected[algo]):
         dp.place(g, uniform_cluster(2, memory_bytes=5 * MIB), algo)

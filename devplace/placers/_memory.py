@@ -186,11 +186,21 @@ def out_of_memory(graph, cluster, algo: str, stuck_op: int | None = None) -> Out
     biggest = np.argsort(-own, kind="stable")[:3]
     ops = ", ".join(f"{graph.names[i]!r} {own[i] / GIB:.3f} GiB" for i in biggest)
     group = f", largest colocation group {group_name!r} {group_bytes / GIB:.3f} GiB" if group_name else ""
+    offer = (f"the {cluster.n_devices} devices offer {capacity.sum() / GIB:.3f} GiB "
+             f"(largest {capacity.max() / GIB:.3f} GiB)")
+    if stuck_op is not None and total <= capacity.sum():
+        # the step may fit: the placer's own accounting (which reserves more than the simulator
+        # measures) ran out of room, so say that, not that the step is too big
+        return OutOfMemoryError(
+            f"{algo} found no device with room for op {graph.names[stuck_op]!r} as it fills the devices "
+            f"(its accounting reserves memory the simulator may free); the step needs at least "
+            f"{total / GIB:.3f} GiB and {offer}, so another placer (sim-search, m-sct) may fit it; "
+            f"or give the devices more memory"
+        )
     where = f" (stuck placing op {graph.names[stuck_op]!r})" if stuck_op is not None else ""
     return OutOfMemoryError(
         f"{algo} cannot fit the step{where}: it needs at least {total / GIB:.3f} GiB in total (weights, "
-        f"optimizer state and the largest op's activations){group}, but the {cluster.n_devices} devices "
-        f"offer {capacity.sum() / GIB:.3f} GiB (largest {capacity.max() / GIB:.3f} GiB); largest ops: {ops}; "
+        f"optimizer state and the largest op's activations){group}, but {offer}; largest ops: {ops}; "
         f"give the devices more memory or add devices"
     )
 
