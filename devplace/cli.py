@@ -644,6 +644,55 @@ def calibrate(
     )
 
 
+@app.command()
+@friendly_errors
+def families(
+    build: Optional[str] = typer.Option(None, "--build", help="capture and cache these families: NAME[,NAME] or all"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="cache folder (default $DEVPLACE_CACHE/families, "
+                                          "DEVPLACE_CACHE defaulting to ~/.cache/devplace)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the member sample and the split"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+):
+    """List the graph families (training sets of the generalizing placers); --build captures them into the cache."""
+    from devplace.progress import showing_progress
+    from devplace.zoo import families as fam
+
+    check_seed(seed)
+    names = fam.family_names()
+    if build is not None:
+        names = names if build.strip() == "all" else [n.strip() for n in build.split(",") if n.strip()]
+        for name in names:
+            fam.members(name, seed)  # an unknown name fails before any capture
+    rows = []
+    for name in names:
+        train, held_out = fam.split(name, seed)
+        if build is not None:
+            with showing_progress(err_console):
+                graphs = fam.build(name, seed, output)
+        else:
+            graphs = []
+        every = train + held_out
+        row = {"family": name, "models": sorted({m.model for m in every}), "members": len(every), "train": len(train),
+               "held_out": len(held_out), "cluster": fam.default_cluster(name).name,
+               "cached": sum(fam.cache_path(m, output).is_file() for m in every)}
+        if graphs:
+            ops = sorted(g.n_ops for g in graphs)
+            row["ops"] = {"min": ops[0], "median": ops[len(ops) // 2], "max": ops[-1]}
+        rows.append(row)
+    if as_json:
+        print_json({"cache_dir": str(output if output is not None else fam.default_cache_dir()), "seed": seed,
+                    "families": rows})
+        return
+    table = Table(title=f"graph families (seed {seed})")
+    for column in ("family", "models", "members", "train / held out", "cached", "ops min-max", "cluster"):
+        table.add_column(column)
+    for r in rows:
+        ops = f"{r['ops']['min']:,}-{r['ops']['max']:,}" if "ops" in r else ""
+        table.add_row(r["family"], ", ".join(r["models"]), str(r["members"]), f"{r['train']} / {r['held_out']}",
+                      str(r["cached"]), ops, r["cluster"])
+    console.print(table)
+
+
 train_app = typer.Typer(help="Train what a learning placer starts from.", no_args_is_help=True)
 app.add_typer(train_app, name="train")
 
@@ -652,8 +701,9 @@ app.add_typer(train_app, name="train")
 @friendly_errors
 def train_mars_encoder(
     output: Path = typer.Option(..., "--output", "-o", help="where to write the encoder (.pt)"),
-    graph: list[str] = typer.Option([], "--graph", "-g", help="pre-training graph: a graph file, data:FILE "
-                                    "(bundled) or a model target (repeatable; default: the shipped encoder's corpus)"),
+    graph: list[str] = typer.Option([], "--graph", "-g", help="pre-training graphs: a graph file, data:FILE "
+                                    "(bundled), family:NAME (a graph family's training split) or a model target "
+                                    "(repeatable; default: the shipped encoder's corpus)"),
     cluster: str = typer.Option("baechi-4x2080", "--cluster", "-c", help="devices model targets are captured for"),
     seed: int = typer.Option(0, "--seed", help="seed of the initial weights, corruptions and graph order"),
     epochs: int = typer.Option(200, "--epochs", help="passes over the graphs (one Adam step per graph each)"),

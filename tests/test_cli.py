@@ -145,17 +145,23 @@ def _current_umask() -> int:
 
 
 # ------------------------------------------------------------------ one set of conventions
-COMMANDS = ("info", "clusters", "algos", "place", "simulate", "compare", "profile", "run", "calibrate")
+COMMANDS = ("info", "clusters", "algos", "place", "simulate", "compare", "profile", "run", "calibrate", "families",
+            "train mars-encoder")
 
 
 def command_options() -> dict[str, list[list[str]]]:
-    """Each subcommand's options, as the flag spellings of each (``["--output", "-o"]``)."""
+    """Each subcommand's options, as the flag spellings of each (``["--output", "-o"]``); a sub-app's
+    commands as "GROUP COMMAND"."""
     from typer.main import get_command
 
     from devplace.cli import app
 
+    commands = {}
+    for name, command in get_command(app).commands.items():
+        inner = getattr(command, "commands", None)
+        commands |= {f"{name} {sub}": c for sub, c in inner.items()} if inner else {name: command}
     return {name: [param.opts + param.secondary_opts for param in command.params if param.param_type_name == "option"]
-            for name, command in get_command(app).commands.items()}
+            for name, command in commands.items()}
 
 
 def test_every_subcommand_takes_help_and_json_and_spells_shared_options_alike():
@@ -175,7 +181,7 @@ def test_every_subcommand_takes_help_and_json_and_spells_shared_options_alike():
             if "--option" in spellings:
                 assert spellings == ["--option"], f"{name}: {spellings}"
         assert "--out" not in flags, f"{name} spells its output --out: use -o/--output"
-        shown = CliRunner().invoke(app, [name, "--help"], terminal_width=200)
+        shown = CliRunner().invoke(app, [*name.split(), "--help"], terminal_width=200)
         assert shown.exit_code == 0 and "--json" in shown.output, name
     assert ["--option"] in options["place"] and ["--option"] in options["compare"]
     assert all(any("--output" in s for s in options[name]) for name in ("place", "compare", "profile", "calibrate"))
@@ -200,6 +206,7 @@ def test_every_subcommand_prints_json(tmp_path):
     assert json_of("info", GNMT)["ops"] == 192
     assert "baechi-4x2080" in [c["name"] for c in json_of("clusters")]
     assert {"single", "m-sct"} <= {a["name"] for a in json_of("algos")}
+    assert json_of("families", "-o", str(tmp_path / "families"))["families"][0]["members"] >= 32
     placed = json_of("place", GNMT, "--algo", "m-etf", "-o", str(tmp_path / "p.json"))
     assert placed["step_time_us"] == pytest.approx(json_of("simulate", GNMT, "-p", str(tmp_path / "p.json"))["step_time_us"])
     assert json_of("compare", GNMT, "--algos", "single")[0]["step_time_us"] == pytest.approx(520453.0)

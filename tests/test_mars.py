@@ -12,7 +12,7 @@ from test_learn import fast_and_slow, two_chains
 
 torch = pytest.importorskip("torch")
 
-from devplace.learn.encoder import (SHIPPED, GCNEncoder, corpus_graph, dgi_loss, dgi_model,  # noqa: E402
+from devplace.learn.encoder import (SHIPPED, GCNEncoder, corpus_graphs, dgi_loss, dgi_model,  # noqa: E402
                                     discriminator_accuracy, load_encoder, unit_graph)
 from devplace.learn.mars import mars_units  # noqa: E402
 from devplace.learn.marsnet import SegmentPlacer  # noqa: E402
@@ -116,8 +116,8 @@ def test_shipped_encoder_tells_real_from_corrupted_held_out_graphs_better_than_a
     embeddings from those of the row-shuffled graph far better than a random GCN whose discriminator
     alone was trained, on the bundled graphs, for as many steps as the shipped encoder's epochs."""
     cluster = dp.load_cluster("baechi-4x2080")
-    held_out = [corpus_graph(target, cluster) for target in ("zoo:transformer:preset=small,layers=3",
-                                                              "zoo:rnnlm:preset=small,layers=2")]
+    held_out = [corpus_graphs(target, cluster)[0][1] for target in ("zoo:transformer:preset=small,layers=3",
+                                                                     "zoo:rnnlm:preset=small,layers=2")]
     trained, meta = load_encoder(SHIPPED)
     assert not any(t.startswith(("zoo:transformer:preset=small,layers=3", "zoo:rnnlm:preset=small,layers=2"))
                    for t in meta["graphs"])
@@ -169,3 +169,18 @@ def test_bad_encoder_file_and_options_are_one_line_errors(tmp_path):
         with pytest.raises(DevplaceError, match=words) as caught:
             dp.place(graph, cluster, algo="mars", seed=0, samples=8, **options)
         assert "\n" not in str(caught.value)
+
+
+def test_a_family_source_is_its_training_split(monkeypatch):
+    """``family:NAME`` pre-trains on the family's training split, never on its held-out members."""
+    from types import SimpleNamespace
+
+    from devplace.zoo import families
+
+    train = SimpleNamespace(model="gnmt", config=(("layers", 2),), file="gnmt_layers_training.json")
+    held = SimpleNamespace(model="gnmt", config=(("layers", 3),), file="bert_l-3_training.json")
+    monkeypatch.setattr(families, "split", lambda name: ([train], [held]))
+    monkeypatch.setattr(families, "load", lambda member: dp.load_graph(dp.example_path(member.file)))
+    got = corpus_graphs("family:recurrent", None)
+    assert [name for name, _ in got] == ["family:recurrent:gnmt:layers=2"]
+    assert got[0][1].n_ops == dp.load_graph(dp.example_path("gnmt_layers_training.json")).n_ops

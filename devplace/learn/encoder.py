@@ -168,19 +168,26 @@ DEFAULT_CORPUS = (
 )
 
 
-def corpus_graph(source: str, cluster):
-    """One pre-training graph: ``data:FILE`` (bundled), a graph file, or a model target captured for ``cluster``."""
+def corpus_graphs(source: str, cluster) -> list[tuple[str, object]]:
+    """The pre-training graphs ``source`` names, as (name, graph): ``data:FILE`` (bundled), ``family:NAME``
+    (the training split of a graph family, ``devplace families``), a graph file, or a model target
+    captured for ``cluster``."""
     from devplace.io import load_graph
 
     if source.startswith("data:"):
         from devplace import example_path
 
-        return load_graph(example_path(source[5:]))
+        return [(source, load_graph(example_path(source[5:])))]
+    if source.startswith("family:"):
+        from devplace.zoo import families
+
+        train, _ = families.split(source[7:])
+        return [(f"{source}:{m.model}:" + ",".join(f"{k}={v}" for k, v in m.config), families.load(m)) for m in train]
     if source.startswith("zoo:") or ".py:" in source:
         from devplace.torchcapture import profile_target
 
-        return profile_target(source, cost="roofline", cluster=cluster)
-    return load_graph(source)
+        return [(source, profile_target(source, cost="roofline", cluster=cluster))]
+    return [(source, load_graph(source))]
 
 
 def train_encoder(output: "str | Path", sources, *, cluster, seed: int, epochs: int, hidden: int, max_units: int,
@@ -190,11 +197,11 @@ def train_encoder(output: "str | Path", sources, *, cluster, seed: int, epochs: 
 
     graphs, sizes = [], {}
     for source in sources:
-        graph = corpus_graph(source, cluster)
-        graphs.append(unit_graph(graph, mars_units(graph, max_units).unit_of))
-        sizes[source] = graphs[-1].n_units
-        if report is not None:
-            report(f"{source}: {graph.n_ops} ops, {sizes[source]} units")
+        for name, graph in corpus_graphs(source, cluster):
+            graphs.append(unit_graph(graph, mars_units(graph, max_units).unit_of))
+            sizes[name] = graphs[-1].n_units
+            if report is not None:
+                report(f"{name}: {graph.n_ops} ops, {sizes[name]} units")
     model = pretrain(graphs, hidden=hidden, epochs=epochs, seed=seed,
                      report=None if report is None else lambda e, loss: report(f"epoch {e}: DGI loss {loss:.4f}"))
     meta = {"seed": seed, "epochs": epochs, "hidden": hidden, "max_units": max_units, "graphs": sizes,

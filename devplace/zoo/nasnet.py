@@ -6,8 +6,8 @@ channels), 224x224 images, 1000 classes. Placeto (Addanki et al., NeurIPS 2019) 
 its batch; 32 is our choice.
 
 Structure: a 3x3 stride-2 convolution stem, two reduction cells as stem cells (filters/4, filters/2),
-then three stages of N normal cells with a reduction cell (filters doubled) before stages 2 and 3,
-ReLU, global average pooling and ``classifier``. Each cell takes the two previous cells' outputs,
+then ``stages`` (3, as NASNet-A; fewer make the shallower stacks of the graph families) stages of N
+normal cells with a reduction cell (filters doubled) before every stage but the first, ReLU, global average pooling and ``classifier``. Each cell takes the two previous cells' outputs,
 brings both to its filter count (1x1 conv, or a factorised reduction when the older one is twice as
 large), computes five blocks, each the sum of two operations (separable 3x3/5x5/7x7 convolutions,
 3x3 average or max pooling, identity) on earlier states, and concatenates the results on channels.
@@ -136,11 +136,11 @@ class Cell(nn.Module):
 class NASNet(nn.Module):
     """NASNet-A-like classifier; see the module docstring."""
 
-    def __init__(self, cells_per_stage: int, filters: int, stem_filters: int, classes: int):
+    def __init__(self, cells_per_stage: int, filters: int, stem_filters: int, classes: int, stages: int = 3):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, stem_filters, 3, stride=2, bias=False), nn.BatchNorm2d(stem_filters))
         plan = [(max(1, filters // 4), True), (max(1, filters // 2), True)]  # the two stem cells
-        for stage in range(3):
+        for stage in range(stages):
             if stage > 0:
                 plan.append((filters * 2**stage, True))
             plan += [(filters * 2**stage, False)] * cells_per_stage
@@ -161,7 +161,7 @@ class NASNet(nn.Module):
 
 
 def _make(c: dict):
-    model = NASNet(c["cells_per_stage"], c["filters"], c["stem_filters"], c["classes"])
+    model = NASNet(c["cells_per_stage"], c["filters"], c["stem_filters"], c["classes"], c["stages"])
     return model, *image_classification_batch(c["batch"], c["image_size"], c["classes"]), classification_loss
 
 
@@ -169,7 +169,7 @@ SPECS = [
     ModelSpec(
         name="nasnet",
         summary="NASNet-A-like mobile network (4 @ 1056), cells of parallel separable convs and pools (Placeto)",
-        defaults=dict(cells_per_stage=4, filters=44, stem_filters=32, image_size=224, classes=1000, batch=32),
+        defaults=dict(cells_per_stage=4, stages=3, filters=44, stem_filters=32, image_size=224, classes=1000, batch=32),
         presets=dict(small=dict(cells_per_stage=1, filters=8, stem_filters=8, image_size=32, classes=10, batch=2),
                      medium=dict(cells_per_stage=2, filters=16, stem_filters=16, image_size=64, classes=10, batch=8)),
         make=_make,
