@@ -184,3 +184,18 @@ def test_a_family_source_is_its_training_split(monkeypatch):
     got = corpus_graphs("family:recurrent", None)
     assert [name for name, _ in got] == ["family:recurrent:gnmt:layers=2"]
     assert got[0][1].n_ops == dp.load_graph(dp.example_path("gnmt_layers_training.json")).n_ops
+
+
+def test_killed_and_resumed_mars_run_ends_exactly_like_an_uninterrupted_one(tmp_path):
+    """PPO's state (parameters, Adam, generator, annealing step) survives a checkpoint: resumed = whole."""
+    from devplace.progress import reporting
+    from test_learn import KillAfter, Killed, _final_state, _same_parameters, _train
+
+    options = FAST | dict(samples=48, samples_per_update=4, checkpoint_every=2, pretrained=False)
+    whole, whole_params, whole_state = _train(tmp_path, "whole", "mars", **options)
+    with reporting(KillAfter(7)), pytest.raises(Killed):
+        _train(tmp_path, "part", "mars", **options)
+    assert _final_state(tmp_path / "part.pt")[1]["update"] == 6
+    resumed, params, state = _train(tmp_path, "part", "mars", resume=True, **options)
+    assert resumed.devices.tolist() == whole.devices.tolist() and _same_parameters(params, whole_params)
+    assert [r["loss"] for r in state["rows"]] == [r["loss"] for r in whole_state["rows"]]
