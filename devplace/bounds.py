@@ -40,9 +40,9 @@ from numba import njit
 from scipy import optimize, sparse
 
 from devplace.errors import OutOfMemoryError
-from devplace.placers._listsched import op_times_us
+from devplace.placers._listsched import bottom_levels, op_times_us
 
-BOUND_NAMES = ("critical_path_us", "work_us", "largest_group_us", "memory_path_us")
+BOUND_NAMES = ("critical_path_us", "work_us", "largest_group_us", "memory_path_us", "cut_threshold_us")
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,88 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     return best
 
 
+def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
+    """Either some costly edge is cut, or the edges cheaper to keep than that bind ops into
+    clusters, each run whole on one device: the larger the transfers, the closer to one device.
+
+    An edge u -> v's *through time* is the longest path ending with u, plus the edge's cut cost,
+    plus the longest path starting with v (ops at their fastest times, always-cut edges at their
+    cut cost, as in ``critical_path_us``; inf inside a unit). For a threshold t, the *t-clusters*
+    are the units joined by the edges of through time above t, and *largest(t)* is the largest,
+    over t-clusters, of its least total time on a device that can hold it (its units' persistent
+    bytes plus any one op's output and temporaries; inf if none can). The bound is the least, over
+    t in the edges' through times and 0, of max(t, largest(t)): a sweep that adds edges in
+    decreasing through time to a union-find.
+
+    Proof: take a valid placement and let t be the largest through time of an edge it cuts (0 if
+    it cuts none). For a cut edge u -> v, u finishes no earlier than the longest path ending with
+    it, v starts no earlier than that plus the edge's transfer (F2), and the longest path from v
+    runs after (F1, F2): the step is at least t. No edge of through time above t is cut, so each
+    t-cluster sits on one device (units already do, F4); that device holds the cluster's
+    persistent bytes and, when each op starts, its output and temporaries (F3), and runs its ops
+    one at a time (F1): the step is at least largest(t)."""
+    if graph.n_ops == 0:
+        return 0.0
+    edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
+    head = _longest_paths(graph, rel.fastest_us, edge_us)[0]
+    tail = bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ_edge, graph.edge_dst,
+                         np.ascontiguousarray(rel.fastest_us, dtype=np.float64), edge_us)
+    through = head[graph.edge_src] + rel.cut_us + tail[graph.edge_dst]    # inf inside a unit
+    n_units, n_dev = rel.allowed.shape
+    unit_time = np.zeros((n_units, n_dev))
+    np.add.at(unit_time, rel.unit, rel.op_time_us)
+    unit_footprint = np.zeros((n_units, n_dev))
+    np.maximum.at(unit_footprint, rel.unit, rel.footprint)
+    return float(_cut_threshold_kernel(rel.unit[graph.edge_src], rel.unit[graph.edge_dst], through, unit_time,
+                                       rel.unit_bytes.astype(np.float64), unit_footprint,
+                                       cluster.memory_bytes.astype(np.float64)))
+
+
+@njit(cache=True)
+def _cluster_us(time_us, held, footprint, capacity):
+    """Least time of a cluster over the devices that can hold it (inf if none)."""
+    best = np.inf
+    for d in range(time_us.shape[0]):
+        if held + footprint[d] <= capacity[d] and time_us[d] < best:
+            best = time_us[d]
+    return best
+
+
+@njit(cache=True)
+def _cut_threshold_kernel(src_unit, dst_unit, through, time_us, held, footprint, capacity):
+    n = time_us.shape[0]
+    time_us, held, footprint = time_us.copy(), held.copy(), footprint.copy()   # per root, merged
+    parent = np.arange(n)
+    largest = 0.0
+    for u in range(n):
+        largest = max(largest, _cluster_us(time_us[u], held[u], footprint[u], capacity))
+    best = np.inf
+    order = np.argsort(-through, kind="mergesort")
+    i = 0
+    while i < order.shape[0]:
+        t = through[order[i]]
+        if np.isfinite(t):
+            best = min(best, max(t, largest))     # placements whose costliest cut edge has through time t
+        while i < order.shape[0] and through[order[i]] == t:   # for the larger t still to come, kept
+            e = order[i]
+            i += 1
+            a, b = src_unit[e], dst_unit[e]
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            while parent[b] != b:
+                parent[b] = parent[parent[b]]
+                b = parent[b]
+            if a == b:
+                continue
+            parent[a] = b
+            time_us[b] += time_us[a]
+            held[b] += held[a]
+            footprint[b] = np.maximum(footprint[b], footprint[a])
+            largest = max(largest, _cluster_us(time_us[b], held[b], footprint[b], capacity))
+    return min(best, largest)     # placements that cut no edge
+
+
 @njit(cache=True)
 def _longest_paths_kernel(topo_order, pred_ptr, pred_edge, edge_src, node_us, edge_us):
     level = np.zeros(node_us.shape[0])
@@ -274,6 +356,7 @@ def lower_bounds(graph, cluster) -> dict:
         "work_us": work_us(rel),
         "largest_group_us": largest_group_us(rel),
         "memory_path_us": memory_path_us(graph, cluster, rel),
+        "cut_threshold_us": cut_threshold_us(graph, cluster, rel),
     }
     best = max(bounds, key=bounds.__getitem__)
     return bounds | {"best_us": bounds[best], "best": best}

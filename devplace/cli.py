@@ -693,15 +693,62 @@ def families(
     console.print(table)
 
 
-train_app = typer.Typer(help="Train what a learning placer starts from.", no_args_is_help=True)
+# ------------------------------------------------------------------ train: learned placers' policies
+train_app = typer.Typer(help="Train a learned placer's policy once, to place unseen graphs with it later.",
+                        no_args_is_help=True)
 app.add_typer(train_app, name="train")
+
+
+@train_app.command("placeto")
+@friendly_errors
+def train_placeto(
+    family: Optional[str] = typer.Option(None, "--family", help="zoo graph families to train on (NAME[,NAME]; their "
+                                                                 "training splits)"),
+    graph: list[str] = typer.Option([], "--graph", help="a graph file or model target to train on (repeatable)"),
+    cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or TOML path: its device count is the policy's"),
+    samples: int = typer.Option(20000, "--samples", help="simulated placements to train for"),
+    seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
+    option: list[str] = typer.Option([], "--option", help="Placeto option KEY=VALUE (see `devplace algos`)"),
+    output: Path = typer.Option(..., "--output", "-o", help="where to write the policy (.pt)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+):
+    """Train a Placeto policy on graph families (or graphs) for a cluster; place with --algo placeto --option policy=FILE."""
+    from devplace.learn.placeto import NAME, PlacetoOptions, train_policy
+    from devplace.placers.options import parse_options as parse_placer_options
+    from devplace.progress import showing_progress
+
+    check_seed(seed)
+    graphs, names = [], []
+    if family:
+        from devplace.learn.placeto import family_graphs
+
+        graphs, names = family_graphs(family.split(","))
+    for target in graph:
+        loaded, _ = load_graph_and_cluster(target, cluster)
+        check_has_ops(loaded, target)
+        graphs.append(loaded)
+        names.append(target)
+    if not graphs:
+        raise DevplaceError("give --family NAME[,NAME] or --graph GRAPH to train on")
+    from devplace.cluster import load_cluster
+
+    machine = load_cluster(cluster)
+    options = parse_placer_options(PlacetoOptions, parse_options(option), NAME)
+    with showing_progress(err_console):
+        figures = train_policy(graphs, machine, output, samples=samples, seed=seed, options=options,
+                               meta={"trained_on": names})
+    if as_json:
+        print_json(figures | {"output": str(output)})
+        return
+    console.print(f"placeto: trained on {len(graphs)} graphs for {figures['samples_simulated']} simulated placements "
+                  f"({figures['updates']} episodes, {figures['train_s']:.0f} s); written to {output}")
 
 
 @train_app.command("mars-encoder")
 @friendly_errors
 def train_mars_encoder(
     output: Path = typer.Option(..., "--output", "-o", help="where to write the encoder (.pt)"),
-    graph: list[str] = typer.Option([], "--graph", "-g", help="pre-training graphs: a graph file, data:FILE "
+    graph: list[str] = typer.Option([], "--graph", help="pre-training graphs: a graph file, data:FILE "
                                     "(bundled), family:NAME (a graph family's training split) or a model target "
                                     "(repeatable; default: the shipped encoder's corpus)"),
     cluster: str = typer.Option("baechi-4x2080", "--cluster", "-c", help="devices model targets are captured for"),

@@ -152,3 +152,30 @@ def test_a_colocation_group_runs_on_one_device():
     bounds = lower_bounds(graph, cluster)
     assert bounds["work_us"] == pytest.approx(50.0 / 3) and bounds["critical_path_us"] == 10.0
     assert bounds["largest_group_us"] == 30.0 == bounds["best_us"] == brute_force(graph, cluster)
+
+
+def test_a_fork_whose_transfers_cost_more_than_it_gains_is_bound_by_one_device():
+    """a (1 us) feeds b and c (10 us each) over 100 us links: running b and c apart pays a transfer
+    on a path (1 + 100 + 10 us), so one device (21 us) is optimal. The critical path (11 us) and
+    work / devices (10.5 us) miss it; the cut threshold bound finds it."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("a", 1.0), ("b", 10.0), ("c", 10.0)):
+        b.add_op(name, compute_us=us)
+    b.add_edge("a", "b", fixed_us=100.0)
+    b.add_edge("a", "c", fixed_us=100.0)
+    graph, cluster = b.build(), uniform_cluster(2)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["critical_path_us"] == 11.0 and bounds["work_us"] == pytest.approx(10.5)
+    assert bounds["cut_threshold_us"] == 21.0 == brute_force(graph, cluster) == bounds["best_us"]
+
+
+def test_the_cut_threshold_bound_keeps_clusters_within_memory():
+    """The same fork where a device holds only two of the three ops' bytes: one device is out, so
+    some edge is cut and the bound is the cheapest such path, 1 + 100 + 10 us."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("a", 1.0), ("b", 10.0), ("c", 10.0)):
+        b.add_op(name, compute_us=us, persistent_bytes=4 * MIB)
+    b.add_edge("a", "b", fixed_us=100.0)
+    b.add_edge("a", "c", fixed_us=100.0)
+    graph, cluster = b.build(), uniform_cluster(2, memory_bytes=10 * MIB)
+    assert lower_bounds(graph, cluster)["cut_threshold_us"] == 111.0 == brute_force(graph, cluster)

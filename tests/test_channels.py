@@ -14,7 +14,7 @@ import pytest
 from devplace.cluster import COMM_MODELS, Cluster, Device, uniform_cluster
 from devplace.graph import GraphBuilder
 from devplace.placers import _listsched, _moves
-from devplace.placers._memory import MemoryModel
+from devplace.placers._memory import MemoryModel, ScheduleMemory
 from devplace.placers.heft import _Links
 from devplace.sim import Simulator, channels
 from devplace.sim.channels import COMM_MODEL_CODES, book, channel_state, planning_model, transfer_us
@@ -165,6 +165,12 @@ def expected_fan_in(graph, cluster, code, latency_us, devices, finish):
     return out
 
 
+def schedule_memory_args(graph, cluster):
+    """The schedule-following memory model's arrays, unused here (the never-freeing model decides)."""
+    timed = ScheduleMemory(graph, cluster.memory_bytes)
+    return timed.claim_args(), timed.release_args()
+
+
 def list_schedule_pinned(graph, cluster, devices):
     """The list scheduler's compiled core with every op pinned to ``devices``: (start, finish)."""
     memory = MemoryModel(graph, cluster)
@@ -179,7 +185,7 @@ def list_schedule_pinned(graph, cluster, devices):
         graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
         planning_model(cluster.comm_model_code), memory.device, memory.reserved_bytes, memory.temp_max,
         memory.capacity, memory.copy_counted, memory.static_bytes, memory.output_bytes, memory.temp_bytes,
-        memory.moves,
+        memory.moves, False, *schedule_memory_args(graph, cluster),
     )
     assert status == 0
     return start, finish

@@ -146,12 +146,12 @@ def _current_umask() -> int:
 
 # ------------------------------------------------------------------ one set of conventions
 COMMANDS = ("info", "clusters", "algos", "place", "simulate", "compare", "profile", "run", "calibrate", "families",
-            "train mars-encoder")
+            "train placeto", "train mars-encoder")
 
 
 def command_options() -> dict[str, list[list[str]]]:
     """Each subcommand's options, as the flag spellings of each (``["--output", "-o"]``); a sub-app's
-    commands as "GROUP COMMAND"."""
+    commands are named with it (``train placeto``)."""
     from typer.main import get_command
 
     from devplace.cli import app

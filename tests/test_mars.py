@@ -142,8 +142,8 @@ def test_cli_pretrains_an_encoder_that_mars_then_uses(tmp_path):
     from devplace.cli import app
 
     out = tmp_path / "encoder.pt"
-    done = CliRunner().invoke(app, ["train", "mars-encoder", "-o", str(out), "-g", "data:gnmt_layers_training.json",
-                                    "-g", "data:bert_l-3_training.json", "--epochs", "3", "--hidden", "16", "--json"])
+    done = CliRunner().invoke(app, ["train", "mars-encoder", "-o", str(out), "--graph", "data:gnmt_layers_training.json",
+                                    "--graph", "data:bert_l-3_training.json", "--epochs", "3", "--hidden", "16", "--json"])
     assert done.exit_code == 0, done.output
     meta = json.loads(done.stdout)
     assert meta["epochs"] == 3 and set(meta["graphs"]) == {"data:gnmt_layers_training.json", "data:bert_l-3_training.json"}

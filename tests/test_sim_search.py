@@ -132,7 +132,7 @@ def test_silent_by_default_and_reports_progress_and_logs_when_asked(capsys, capl
             events.append(("end",))
 
     with caplog.at_level(logging.DEBUG, logger="devplace"), reporting(Collect()):
-        p = dp.place(g, c, "sim-search", max_evals=100, seeds=("round-robin", "m-etf"))
+        p = dp.place(g, c, "sim-search", max_evals=100, seeds=("round-robin", "m-etf"), closed_gap=0.0)
     assert capsys.readouterr() == ("", "")
     assert [e[1:] for e in events if e[0] == "begin"] == [("sim-search: seeds", 2), ("sim-search", 100)]
     assert sum(e[0] == "begin" for e in events) == sum(e[0] == "end" for e in events)

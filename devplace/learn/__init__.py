@@ -20,4 +20,4 @@ Each learner is one module registered as a placer (``colocrl``, ``hp``, ``mars``
 when it runs, so ``import devplace`` and the algorithmic placers stay torch-free.
 """
 
-from devplace.learn import colocrl, hp, mars  # noqa: F401,E402  (register "colocrl", "hp", "mars"; torch-free until they run)
+from devplace.learn import colocrl, hp, mars, placeto  # noqa: F401,E402  (register the learners; torch-free until they run)

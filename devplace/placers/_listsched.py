@@ -9,8 +9,9 @@ with the earliest start wins; ties go to the op with the longer path to the end 
 bottom level), then the lower op index, then the lower device index.
 
 A device the placer's memory model (``_memory``) says cannot take the op's colocation group is
-skipped for that op for good (reservations only grow). When an op of a colocation group is placed,
-its whole group is pinned to that device, after checking the whole group fits.
+skipped for that op: for good with the never-freeing model (reservations only grow), until the next
+op is booked with the model that follows the schedule (booking one may free memory). When an op of a
+colocation group is placed, its whole group is pinned to that device, after checking it fits.
 
 With favorite children (m-SCT), a device whose last op has an unscheduled favorite child is kept for
 that child: another op may start there only if it is urgent, i.e. every other device that could take
@@ -34,7 +35,8 @@ import numpy as np
 from numba import njit
 
 from devplace.placement import Placement
-from devplace.placers._memory import MemoryModel, check_can_fit, claim, members_of, out_of_memory
+from devplace.placers._memory import (MemoryModel, ScheduleMemory, check_can_fit, claim, earlier_edge_from, members_of,
+                                      out_of_memory, release_inputs, run_claim)
 from devplace.sim.channels import book, channel_state, planning_model, transfer_us
 
 
@@ -74,15 +76,6 @@ def bottom_levels(topo_order, succ_ptr, succ_edge, edge_dst, time_us, edge_us):
     return level
 
 
-@njit(cache=True, inline="always")
-def _earlier_edge_from(u, lo, k, pred_edge, edge_src):
-    """Whether one of the in-edges at positions lo..k-1 comes from op u."""
-    for j in range(lo, k):
-        if edge_src[pred_edge[j]] == u:
-            return True
-    return False
-
-
 @njit(cache=True)
 def _inputs_ready(
     v, d, commit, device, finish, arrival, pred_ptr, pred_edge, edge_src, edge_bytes, edge_fixed_us,
@@ -108,7 +101,7 @@ def _inputs_ready(
             t = finish[u]
         elif arrival[u * n_dev + d] >= 0.0:
             t = arrival[u * n_dev + d]
-        elif _earlier_edge_from(u, lo, k, pred_edge, edge_src):
+        elif earlier_edge_from(u, lo, k, pred_edge, edge_src):
             continue  # its transfer is booked and counted in ready already
         else:
             duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, d], bandwidth[du, d])
@@ -127,19 +120,35 @@ def _inputs_ready(
 
 
 @njit(cache=True)
+def _claim_run(v, d, start_us, finish_us, finish, schedule_claim):
+    """Check ``v`` running on ``d`` in the schedule-following memory model; book it if it fits."""
+    if not run_claim(v, d, start_us, finish_us, False, finish, *schedule_claim):
+        return False
+    run_claim(v, d, start_us, finish_us, True, finish, *schedule_claim)
+    return True
+
+
+@njit(cache=True)
 def schedule(
     time_us, op_gap_us, level, favorite, use_favorites, group, group_ptr, group_members,
     succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, edge_bytes, edge_fixed_us,
     latency_us, bandwidth, model,
     device, reserved, temp_max, capacity, copy_counted, static_bytes, output_bytes, temp_bytes, moves,
+    track_schedule, schedule_claim, schedule_release,
 ):
-    """The list scheduler. Returns (status, start, finish, order, stuck op); status 1 = out of memory."""
+    """The list scheduler. Returns (status, start, finish, order, stuck op); status 1 = out of memory.
+
+    With ``track_schedule`` memory is checked by ``_memory.run_claim`` over the schedule being built
+    (its arrays are ``schedule_claim`` and ``schedule_release``, ``device`` is theirs), else by the
+    never-freeing ``_memory.claim``."""
     n, n_dev = time_us.shape
     start = np.zeros(n)
     finish = np.zeros(n)
     order = np.full(n, -1, np.int64)
     arrival = np.full(n * n_dev, -1.0)
-    infeasible = np.zeros(n * n_dev, np.bool_)
+    # the last step at which a pair did not fit: for good with the never-freeing model, until the
+    # next op is booked when memory follows the schedule (booking an op may free memory anywhere)
+    blocked = np.full(n * n_dev, -1, np.int64)
     stamp = np.zeros(n * n_dev, np.int64)
     tick = 0
     delta = np.zeros(n_dev)
@@ -171,7 +180,7 @@ def schedule(
                 v = ready_ops[slot]
                 open_est = np.inf     # earliest start on a device open to v (not kept for another child)
                 for d in range(n_dev):
-                    allowed[d] = (device[v] < 0 or device[v] == d) and not infeasible[v * n_dev + d]
+                    allowed[d] = (device[v] < 0 or device[v] == d) and blocked[v * n_dev + d] < step
                     est[d] = max(device_free[d], inputs_at[v * n_dev + d])
                     if allowed[d] and (kept_for[d] < 0 or kept_for[d] == v) and est[d] < open_est:
                         open_est = est[d]
@@ -199,13 +208,17 @@ def schedule(
             continue
         inputs_at[v * n_dev + d] = exact
         best_t = max(device_free[d], exact)
-        if device[v] < 0:
+        if track_schedule:
+            if not _claim_run(v, d, best_t, best_t + time_us[v, d] + op_gap_us, finish, schedule_claim):
+                blocked[v * n_dev + d] = step
+                continue
+        elif device[v] < 0:
             ops = members_of(v, group, group_ptr, group_members)
             tick += 1
             if not claim(ops, d, False, delta, stamp, tick, device, reserved, temp_max, capacity,
                          copy_counted, static_bytes, output_bytes, temp_bytes,
                          succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, moves):
-                infeasible[v * n_dev + d] = True
+                blocked[v * n_dev + d] = n
                 continue
             tick += 1
             claim(ops, d, True, delta, stamp, tick, device, reserved, temp_max, capacity,
@@ -216,6 +229,8 @@ def schedule(
         start[v] = best_t
         finish[v] = best_t + time_us[v, d] + op_gap_us
         device_free[d] = finish[v]
+        if track_schedule:
+            release_inputs(v, finish, *schedule_release)
         scheduled[v] = True
         order[v] = step
         step += 1
@@ -241,12 +256,18 @@ def schedule(
     return 0, start, finish, order, -1
 
 
-def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None = None):
+def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None = None,
+                      budget_bytes: np.ndarray | None = None):
     """Schedule ``graph`` on ``cluster``: (devices, order, start_us, finish_us) as the scheduler sees them.
 
-    ``favorite[i]`` is op i's favorite child (-1: none); given, the m-SCT keep-idle rule applies."""
+    ``favorite[i]`` is op i's favorite child (-1: none); given, the m-SCT keep-idle rule applies.
+    ``budget_bytes`` (one per device) switches memory to the model that follows the schedule
+    (``_memory.ScheduleMemory``) with those limits; without it, the sound never-freeing model."""
     check_can_fit(graph, cluster, algo)
     memory = MemoryModel(graph, cluster)
+    track = budget_bytes is not None
+    timed = ScheduleMemory(graph, cluster.memory_bytes if budget_bytes is None else budget_bytes)
+    device = timed.device if track else memory.device
     time_us = op_times_us(graph, cluster)
     level = bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ_edge, graph.edge_dst,
                           time_us.mean(axis=1), mean_edge_us(graph, cluster))
@@ -259,17 +280,20 @@ def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None 
         graph.succ_ptr, graph.succ_edge, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.edge_dst,
         graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
         planning_model(cluster.comm_model_code),
-        memory.device, memory.reserved_bytes, memory.temp_max, memory.capacity, memory.copy_counted,
+        device, memory.reserved_bytes, memory.temp_max, memory.capacity, memory.copy_counted,
         memory.static_bytes, memory.output_bytes, memory.temp_bytes, memory.moves,
+        track, timed.claim_args(), timed.release_args(),
     )
     if status != 0:
         raise out_of_memory(graph, cluster, algo, stuck_op=int(stuck) if stuck >= 0 else None)
-    return memory.device.copy(), order, start, finish
+    return device.copy(), order, start, finish
 
 
-def list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None = None) -> Placement:
+def list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None = None,
+                  budget_bytes: np.ndarray | None = None) -> Placement:
     """A Placement whose priority is the schedule order, so the simulator follows the scheduler."""
-    devices, order, _, finish = run_list_schedule(graph, cluster, algo=algo, favorite=favorite)
+    devices, order, _, finish = run_list_schedule(graph, cluster, algo=algo, favorite=favorite,
+                                                  budget_bytes=budget_bytes)
     placement = Placement(devices=devices, priority=order.astype(np.float64))
     placement.options = {"predicted_step_us": float(finish.max()) if graph.n_ops else 0.0}
     return placement

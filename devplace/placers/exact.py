@@ -63,7 +63,9 @@ from devplace.sim import Simulator
 class ExactOptions:
     time_limit_s: float = option(30.0, "seconds HiGHS may spend; the incumbent and its proven bound are returned")
     max_ops: int = option(1000, "larger graphs are refused: the program grows with the square of the ops")
-    start: tuple[str, ...] = option(("m-etf", "heft", "m-topo", "single"), "placers whose best simulated placement is the first incumbent (it also sets the big-M); empty for none")
+    start: tuple[str, ...] = option(("sim-search",), "placers whose best simulated placement is the first incumbent "
+                                    "(HiGHS starts from it; it also sets the big-M); empty for none. sim-search "
+                                    "already keeps the best of m-ETF, HEFT, m-TOPO, one device and the rest")
     max_pairs: int = option(20000, "disjunctive pairs kept, longest ops first: fewer solve faster, with a weaker bound")
     mip_rel_gap: float = option(1e-4, "HiGHS stops when incumbent / bound - 1 is below this")
     max_nodes: int = option(0, "stop after this many branch-and-bound nodes (0: no limit); unlike the time "

@@ -5,6 +5,7 @@ the same device so their transfer is never paid. The list scheduler (``_listsche
 m-ETF, except that a device whose last op has an unscheduled favorite child is kept idle for it
 unless an urgent op (one that every other open device would start strictly later) is waiting.
 SCT is within a constant factor of optimal when transfers are small against compute (Hanen & Munier).
+Memory is handled as in m-ETF (``_memory.place_within_memory``); the LP is solved once.
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
@@ -23,7 +24,7 @@ from devplace.placers import register
 from devplace.placers.options import option
 from devplace.placers._listsched import list_schedule, mean_edge_us, op_times_us
 from devplace.placers._lp import FAVORITE_THRESHOLD, round_favorites, solve_favorite_lp
-from devplace.placers._memory import check_can_fit
+from devplace.placers._memory import check_can_fit, place_within_memory
 
 
 def lp_edge_us(graph, cluster) -> np.ndarray:
@@ -53,7 +54,8 @@ def place(graph, cluster, *, seed: int = 0, options: MSCTOptions = MSCTOptions()
         graph, time_us, lp_edge_us(graph, cluster), time_limit_s=lp_time_limit_s
     )
     favorite = round_favorites(graph.edge_src, graph.edge_dst, x, graph.n_ops, threshold)
-    placement = list_schedule(graph, cluster, algo="m-sct", favorite=favorite)
+    placement = place_within_memory(graph, cluster, lambda budget: list_schedule(
+        graph, cluster, algo="m-sct", favorite=favorite, budget_bytes=budget))
     placement.options |= {"lp_status": status, "lp_makespan_us": lp_makespan_us,
                           "favorite_children": int((favorite >= 0).sum())}
     return placement

@@ -7,7 +7,9 @@ So this placer
    expert rules, the splits users make today (Accelerate, DeepSpeed pipeline, torch.fx size), each
    list scheduler also with Baechi's co-placement + fusion; the costly ones only while the graph is
    small) and keeps the fastest that fits in memory, each tried with its own schedule
-   order, the topological order and the upward-rank order;
+   order, the topological order and the upward-rank order; then *pipeline starts*, whatever the
+   memory: forward stages balanced by bytes, and the whole step cut into 2..n stages where the
+   least transfer time crosses, each stage's persistent bytes within its device;
 2. improves it by simulated annealing over *units* that move whole: colocation groups (or lone
    ops) and Baechi's co-placement groups (``devplace.transforms``), so no move can split a
    colocation group. Moves: put a unit on another device; swap two units; put a contiguous run of
@@ -27,9 +29,21 @@ models (``devplace.robust``, drawn from the placer's seed: same seed, same model
 off; each eval then simulates N times, so the search is about N times slower. Memory is judged
 on the nominal model (no perturbation changes a byte); ``options['step_us']`` is the mean.
 
-Stopping: after ``max_evals`` simulator calls, so the result depends only on the inputs and
-``seed``. A user who asks for ``time_budget_s`` also stops it when that much wall clock is spent
-(then the result depends on the machine's speed; ``options['stopped_by']`` says which).
+Stopping: the budget adapts to how far the best can still be from optimal, judged against the
+certified lower bound of ``devplace.bounds`` (``options['lower_bound_us']``, ``options['gap']`` =
+best / bound - 1). The annealing runs in rounds of ``max_evals`` simulator calls at the starting
+temperature: the first, third, ... from the best so far, the second, fourth, ... from the fastest
+start (seed or pipeline) not yet tried whose placement differs from the best, so a wide gap also
+buys exploring other basins; after a round it goes on only while the gap is above
+``target_gap`` and fewer than ``max_rounds`` rounds ran, and it stops at once when the best comes
+within ``closed_gap`` of the bound (nothing much faster can exist). Every limit counts simulator
+calls, so the result depends only on the inputs and ``seed``. A user who asks for
+``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
+machine's speed). ``options['stopped_by']`` says what stopped it: ``evals`` (the rounds ran out or
+the gap fell below ``target_gap``; ``options['rounds']`` says how many ran), ``bound`` (within
+``closed_gap``) or ``time``. With
+``robust_samples`` the score is a mean over perturbed models, which the nominal bound does not
+bound: one round runs.
 
 It prints nothing: progress (evals done, best step time so far) goes to ``devplace.progress``,
 messages to the ``logging`` logger of this module (under ``devplace``).
@@ -52,12 +66,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-from devplace.errors import DevplaceError, OutOfMemoryError
+from devplace.errors import DevplaceError, OutOfMemoryError, PlacementError
 from devplace.placement import Placement
 from devplace import progress
 from devplace.placers import register
 from devplace.placers.options import option
+from devplace.placers._listsched import mean_edge_us
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
     Units, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, upward_rank_us, with_colocation,
@@ -84,13 +100,17 @@ class SearchConfig:
         "placers whose placements start the search: ALGO or ALGO+opt / ALGO+fwd")
     max_ops_raw: int = option(6000, "seeds run on the full graph only up to this many ops (else +opt only)")
     max_ops_costly: int = option(3000, "m-SCT runs on the full graph only up to this many ops (HEFT up to max_ops_raw)")
-    max_evals: int = option(2000, "simulator calls in the local search (the budget; makes results reproducible)")
+    max_evals: int = option(2000, "simulator calls per annealing round (the budget; makes results reproducible)")
+    max_rounds: int = option(4, "annealing rounds at most; a round after the first runs only while the best is "
+                                "more than target_gap above the certified lower bound")
+    target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
+    closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
                                                "none, max_evals alone decides, so the seed makes it reproducible)")
     temperature_start: float = option(0.01, "annealing: accept a move d% slower with probability "
                                             "exp(-d / temperature%), relative to the best step time, at the start")
     temperature_end: float = option(0.0002, "annealing temperature at the end of the budget")
-    restart_after: int = option(250, "evals without a new best before continuing from the best")
+    restart_after: int = option(250, "evals without a new best of the round before continuing from it")
     move_weights: tuple[tuple[str, float], ...] = option(
         (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0)),
         "relative weights of the moves (move, swap, run, pull, unload)")
@@ -101,7 +121,8 @@ class SearchConfig:
         "(leaders when one co-placement group holds over half the ops)", choices=("coplacement", "leaders", "auto"))
     run_max_units: int = option(16, "longest run of units a run move shifts")
     reorder_every: int = option(100, "evals between tries of other schedule orders")
-    pipeline_starts: bool = option(True, "try the forward pass cut into consecutive stages as starts")
+    pipeline_starts: bool = option(True, "try consecutive stages as starts: the forward pass balanced by bytes, and "
+                                         "the whole step cut where the least transfer time crosses")
     pipeline_rebalance: int = option(3, "cuts per stage count, each re-weighting a stage by its simulated peak")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
@@ -137,9 +158,13 @@ class _Search:
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True)
         self.memory_is_ample = self._memory_is_ample()
+        self.closed_us = -math.inf      # a best at or under this ends the search (bound x (1 + closed_gap))
         self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
+        self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
+        self.pipeline_cuts = 0          # pipeline starts judged, fitting or not
+        self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
         self.repair_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
@@ -209,7 +234,10 @@ class _Search:
         return [("topological", None), ("upward rank", -rank)]
 
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
-        """Keep (a copy of) the placement if it beats the best so far; report whether it did."""
+        """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
+        as a start); report whether it beat the best."""
+        if self.fitting is not None:
+            self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
         if step_us < self.best[0]:
             self.best = (step_us, devices.copy(), None if priority is None else priority.copy(), how)
             previous = self.shown_us
@@ -302,9 +330,123 @@ def _pipeline_starts(search: _Search) -> None:
             per_unit = pipeline_devices(units, weight, order, cluster.memory_bytes[order])
             devices = respect_colocation(search.fine, per_unit[units.unit_of])
             _, _, result = search.consider(devices, None, f"pipeline of {stages} stages (cut {attempt + 1})")
+            search.pipeline_cuts += 1
             planned = np.bincount(per_unit, weights=weight, minlength=search.n_dev)
             ratio = np.where(planned > 0, result.peak_memory_bytes / np.maximum(planned, 1.0), 1.0)
             weight = weight * ratio[per_unit]
+
+
+def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
+    """Consecutive stages of the whole step, cut where the least transfer time crosses: for 2..n
+    stages (on the largest devices), the cuts of least total crossing time whose stages' persistent
+    bytes fit their devices. Inference graphs that fit no device (a chain of layers) need exactly
+    this: byte-balanced stages cut wherever the bytes say, often across a costly activation.
+
+    Step order is topological with each source op (a weight) just before its first consumer; an
+    op's output crosses every boundary between it and its last consumer, at its costliest edge's
+    mean transfer time. Only the ``candidates`` cheapest boundaries are tried (a dynamic program
+    over them)."""
+    graph, cluster = search.graph, search.cluster
+    if not search.config.pipeline_starts or search.n_dev < 2 or graph.n_ops < 2:
+        return
+    order = _sources_late_order(graph)
+    position = np.empty(graph.n_ops, np.int64)
+    position[order] = np.arange(graph.n_ops)
+    crossing = _crossing_us(graph, position, mean_edge_us(graph, cluster))
+    inside = search.fine.unit_of[graph.edge_src] == search.fine.unit_of[graph.edge_dst]
+    blocked = np.zeros(graph.n_ops + 2)              # a boundary inside a colocation group is never cut
+    np.add.at(blocked, position[graph.edge_src[inside]] + 1, 1.0)
+    np.add.at(blocked, position[graph.edge_dst[inside]] + 1, -1.0)
+    crossing[np.cumsum(blocked)[: graph.n_ops + 1] > 0] = np.inf
+    windows = np.array_split(np.arange(1, graph.n_ops), min(candidates, graph.n_ops - 1))
+    keep = [int(w[np.argmin(crossing[w])]) for w in windows]     # the cheapest boundary of each window
+    cuts = np.concatenate([[0], keep, [graph.n_ops]])
+    held = np.concatenate([[0.0], np.cumsum(graph.persistent_bytes[order])])[cuts]
+    largest = np.argsort(-cluster.memory_bytes, kind="stable")
+    for stages in range(2, search.n_dev + 1):
+        device_order = np.sort(largest[:stages])
+        capacity = float(cluster.memory_bytes[device_order].min())
+        path = _least_crossing_stages(held, crossing[cuts], stages, capacity)
+        if path is None:
+            continue
+        per_position = np.zeros(graph.n_ops, np.int64)
+        for stage, (lo, hi) in enumerate(zip(path[:-1], path[1:])):
+            per_position[cuts[lo]:cuts[hi]] = device_order[stage]
+        devices = respect_colocation(search.fine, per_position[position])
+        search.consider(devices, None, f"cheapest-cut pipeline of {stages} stages")
+        search.cheap_cuts += 1
+
+
+def _crossing_us(graph, position: np.ndarray, edge_us: np.ndarray) -> np.ndarray:
+    """Per boundary k (between positions k - 1 and k): the time of the outputs sent across it, each
+    producer's at the costliest of its edges to consumers beyond the boundary."""
+    crossing = np.zeros(graph.n_ops + 2)
+    dst_position = position[graph.edge_dst]
+    for u in range(graph.n_ops):
+        out = graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]]
+        if not len(out):
+            continue
+        out = out[np.argsort(dst_position[out], kind="stable")]
+        beyond_us = np.maximum.accumulate(edge_us[out][::-1])[::-1]   # costliest edge from here on
+        lo = position[u] + 1
+        for e, us in zip(out.tolist(), beyond_us.tolist()):
+            hi = dst_position[e] + 1          # boundaries lo..hi - 1 ... up to this consumer
+            if hi > lo:
+                crossing[lo] += us
+                crossing[hi] -= us
+                lo = hi
+    return np.cumsum(crossing)[: graph.n_ops + 1]
+
+
+def _sources_late_order(graph) -> np.ndarray:
+    """Topological order with each op that has no inputs moved to just before its first consumer."""
+    source = np.diff(graph.pred_ptr) == 0
+    order, placed = [], source & (np.diff(graph.succ_ptr) > 0)    # sources with consumers wait
+    for v in graph.topo_order:
+        if source[v] and placed[v]:
+            continue
+        for k in range(graph.pred_ptr[v], graph.pred_ptr[v + 1]):
+            u = graph.edge_src[graph.pred_edge[k]]
+            if source[u] and placed[u]:
+                placed[u] = False
+                order.append(u)
+        order.append(v)
+    return np.asarray(order, dtype=np.int64)
+
+
+@njit(cache=True)
+def _least_crossing_kernel(held, enter_us, stages, capacity):
+    """cost[s, j]: least crossing time splitting candidates 0..j into s runs of at most
+    ``capacity`` bytes (a run from i to j enters at i, paying ``enter_us[i]``); and the argmin i."""
+    n = held.shape[0]
+    cost = np.full((stages + 1, n), np.inf)
+    parent = np.zeros((stages + 1, n), np.int64)
+    cost[0, 0] = 0.0
+    for s in range(1, stages + 1):
+        for j in range(1, n):
+            for i in range(j - 1, -1, -1):
+                if held[j] - held[i] > capacity:
+                    break
+                value = cost[s - 1, i] + enter_us[i]
+                if value < cost[s, j]:
+                    cost[s, j], parent[s, j] = value, i
+    return cost, parent
+
+
+def _least_crossing_stages(held: np.ndarray, crossing_us: np.ndarray, stages: int, capacity: float):
+    """Indices into the candidate boundaries (first 0, last the end) splitting them into ``stages``
+    runs of at most ``capacity`` bytes each with the least total crossing time; None if none fits."""
+    enter = crossing_us.copy()
+    enter[0] = 0.0
+    cost, parent = _least_crossing_kernel(held, enter, stages, capacity)
+    n = len(held)
+    if not np.isfinite(cost[stages, n - 1]):
+        return None
+    path, j = [n - 1], n - 1
+    for s in range(stages, 0, -1):
+        j = int(parent[s, j])
+        path.append(j)
+    return path[::-1]
 
 
 # ------------------------------------------------------------------------------------ repair
@@ -475,13 +617,62 @@ def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tupl
     return "move", [(units.members(unit), other_device(int(devices[units.members(unit)[0]])))]
 
 
-def _anneal(search: _Search) -> str:
-    """Simulated annealing from the best seed; returns what stopped it ("evals" or "time")."""
+def _lower_bound_us(graph, cluster) -> float | None:
+    """The certified lower bound on the step time, or None when memory alone shows nothing fits
+    (then the search fails on its own, with its overflow report)."""
+    from devplace.bounds import lower_bounds
+
+    try:
+        return lower_bounds(graph, cluster)["best_us"]
+    except OutOfMemoryError:
+        return None
+
+
+def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
+    """Annealing rounds while the gap to the bound is wide (the rule in the module docstring);
+    returns what stopped them and how many ran."""
+    config = search.config
+    if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0 or not search.graph.n_ops:
+        return "evals", 0      # nothing to move, or nothing beats a zero step time
+    starts = sorted(search.fitting, key=lambda start: start[0])
+    search.fitting = None
+    rounds = 0
+    while rounds < config.max_rounds:
+        if search.best[0] <= search.closed_us:
+            return "bound", rounds
+        if rounds and (bound_us is None or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+            break
+        search.reporter.begin(NAME if not rounds else f"{NAME} (round {rounds + 1}, gap "
+                              f"{100 * (search.best[0] / bound_us - 1):.1f}%)", total=config.max_evals)
+        search.phase_began = search.evals
+        try:
+            stopped_by = _anneal(search, search.best if rounds % 2 == 0 else _next_start(starts, search.best))
+            search.report()
+        finally:
+            search.reporter.end()
+        rounds += 1
+        if stopped_by != "evals":
+            return stopped_by, rounds
+    return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
+
+
+def _next_start(starts: list[tuple], best: tuple) -> tuple:
+    """The fastest start whose devices differ from the best's (taken off the list), else the best:
+    an odd round explores from another start than the one the best came from."""
+    while starts:
+        start = starts.pop(0)
+        if not np.array_equal(start[1], best[1]):
+            return start
+    return best
+
+
+def _anneal(search: _Search, start: tuple) -> str:
+    """One round of simulated annealing from ``start`` (as ``search.best``); returns what stopped
+    it ("evals", "time", or "bound": the best came within ``closed_gap`` of the lower bound)."""
     config, rng = search.config, search.rng
-    if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0:   # nothing beats a zero step time
-        return "evals"
-    current_us, devices, priority, _ = search.best
+    current_us, devices, priority, _ = start
     devices = devices.copy()
+    home = (current_us, devices.copy(), priority)    # the round's best: where it restarts from
     info = _critical_info(search, devices, priority)
     since_best = 0
     cooling = (config.temperature_end / config.temperature_start) ** (1.0 / max(config.max_evals, 1))
@@ -491,6 +682,8 @@ def _anneal(search: _Search) -> str:
     while search.evals < budget_end:
         if search.out_of_time():
             return "time"
+        if search.best[0] <= search.closed_us:
+            return "bound"
         temperature *= cooling
         move, changes = _propose(search, devices, info)
         undo = [(ops, devices[ops].copy()) for ops, _ in changes]
@@ -511,9 +704,10 @@ def _anneal(search: _Search) -> str:
         else:
             current_us = step
             info = _critical_info(search, devices, priority, result)
-            since_best = 0 if search.offer(step, devices, priority, f"{move} move") else since_best + 1
-        if not accept:
-            since_best += 1
+            search.offer(step, devices, priority, f"{move} move")
+            if step < home[0]:
+                home, since_best = (step, devices.copy(), priority), -1
+        since_best += 1
         if search.evals >= next_reorder:
             next_reorder = search.evals + config.reorder_every
             for order, candidate in search.orders(devices):
@@ -521,9 +715,11 @@ def _anneal(search: _Search) -> str:
                 if step < current_us and search.fits(devices, candidate):
                     current_us, priority = step, candidate
                     search.offer(step, devices, priority, f"{order} order")
+                    if step < home[0]:
+                        home = (step, devices.copy(), priority)
         if since_best >= config.restart_after:
-            current_us, best_devices, best_priority, _ = search.best
-            devices, priority = best_devices.copy(), None if best_priority is None else best_priority.copy()
+            current_us, home_devices, priority = home
+            devices = home_devices.copy()
             info = _critical_info(search, devices, priority)
             since_best = 0
     return "evals"
@@ -533,26 +729,31 @@ def _anneal(search: _Search) -> str:
           SearchConfig)
 def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig()) -> Placement:
     config = options
+    if config.max_rounds < 1 or not config.target_gap >= 0 or not config.closed_gap >= 0:
+        raise PlacementError(f"{NAME}: max_rounds must be >= 1, target_gap and closed_gap >= 0 (got "
+                             f"{config.max_rounds}, {config.target_gap}, {config.closed_gap})")
     search = _Search(graph, cluster, config, seed)
+    bound_us = _lower_bound_us(graph, cluster)
+    nominal = not search.robust_sims       # the bound is for the nominal step time, not a mean
+    if bound_us is not None and nominal and config.closed_gap > 0:
+        search.closed_us = bound_us * (1.0 + config.closed_gap)
     _run_seeds(search)
     _pipeline_starts(search)
+    _cheap_cut_starts(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
-    search.reporter.begin(NAME, total=config.max_evals)
-    search.phase_began = search.evals
-    try:
-        stopped_by = _anneal(search) if graph.n_ops else "evals"
-        search.report()
-    finally:
-        search.reporter.end()
+    stopped_by, rounds = _rounds(search, bound_us if nominal else None)
     step_us, devices, priority, how = search.best
+    gap = step_us / bound_us - 1.0 if nominal and bound_us else None
     log.info("%d evals in %.1f s: %.3f ms, best seed %.3f ms (%s)", search.evals,
              time.perf_counter() - search.began, step_us / 1e3, seed_us / 1e3, seed_how)
     return Placement(
         devices=devices, priority=priority,
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
-                 "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how,
+                 "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how, "rounds": rounds,
+                 "pipeline_starts": search.pipeline_cuts, "cheapest_cut_starts": search.cheap_cuts,
+                 "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )

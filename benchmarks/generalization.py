@@ -1,0 +1,228 @@
+"""Placeto's generalization (BENCHMARKS.md, "Generalization"): train once, place graphs never seen.
+
+    .venv/bin/python benchmarks/generalization.py --train-shipped     # (re)make devplace/data/placeto-4dev.pt
+    .venv/bin/python benchmarks/generalization.py                     # the held-out table and the timings
+    .venv/bin/python benchmarks/generalization.py --timings-only
+    .venv/bin/python benchmarks/generalization.py --families --zero-shot-only   # the families' held-out 20%
+    .venv/bin/python benchmarks/generalization.py --cross-only        # train on all families but one, place it
+
+The graphs: ``ZOO_FAMILIES`` below, zoo configurations captured once into benchmarks/.cache (the
+last member of each list is held out; what the shipped policy and the committed figures used), or
+with ``--families`` devplace's graph families (``devplace.zoo.families``: training split / held-out
+20%). Cluster: baechi-4x2080.
+
+For every held-out graph, as ratios to one device (lower is better): Placeto zero-shot with the
+shipped policy, fine-tuned (``--finetune-samples``), trained from scratch on that graph alone with
+the same budget and with ``--large-samples``, beside m-SCT+opt, expert and sim-search. Then the
+wall time of one placing episode (greedy, no per-step simulation) and of one training episode (a
+simulation per step) for 100, 1,000 and 10,000 units. Writes
+``benchmarks/results/generalization.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import devplace as dp
+from devplace.cluster import load_cluster
+from devplace.errors import DevplaceError
+from devplace.fileio import write_text_atomic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reproduce_papers import RESULTS, cached_graph  # noqa: E402
+
+SEED = 0                       # the shipped policy's seed
+SHIPPED_SAMPLES = 150000       # its budget of simulated placements
+SHIPPED_OPTIONS = {"learning_rate": 0.003, "final_learning_rate": 0.0003, "max_units": 256}   # docs/learning.md says why
+CLUSTER = "baechi-4x2080"
+SHIPPED = Path(__file__).resolve().parent.parent / "devplace" / "data" / "placeto-4dev.pt"
+ZOO_FAMILIES = {
+    "rnnlm": ["zoo:rnnlm:layers=1,seq_len=20", "zoo:rnnlm:layers=2,seq_len=10", "zoo:rnnlm:layers=3,seq_len=10",
+              "zoo:rnnlm:layers=2,seq_len=30,hidden_units=1024", "zoo:rnnlm:layers=4,seq_len=10,hidden_units=1024",
+              "zoo:rnnlm:layers=3,seq_len=20,hidden_units=1024", "zoo:rnnlm"],
+    "transformer": ["zoo:transformer:layers=2,hidden=512,heads=8,ffn_units=2048,seq_len=128,batch=8",
+                    "zoo:transformer:layers=4,hidden=512,heads=8,ffn_units=2048,seq_len=128,batch=8",
+                    "zoo:transformer:layers=3,hidden=1024,heads=8,ffn_units=4096,seq_len=64,batch=8",
+                    "zoo:transformer:layers=6,hidden=768,heads=12,ffn_units=3072,seq_len=128,batch=8"],
+}
+BASELINES = ("m-sct+opt", "expert", "sim-search")
+TIMING_GRAPH = "zoo:gnmt:layers=8"          # enough ops for 10,000 units
+TIMING_UNITS = (100, 1000, 10000)
+TRAINING_TIMED_UNITS = 1000    # above it a training episode (a simulation per unit) is units x one_simulation_ms
+
+
+USE_ZOO_FAMILIES = False        # set by --families: devplace.zoo.families instead of ZOO_FAMILIES
+
+
+def splits() -> dict[str, tuple[list, list]]:
+    """Per family: (training graphs, held-out graphs) with their names."""
+    if not USE_ZOO_FAMILIES:
+        return {name: ([(t, cached_graph(t)) for t in targets[:-1]], [(targets[-1], cached_graph(targets[-1]))])
+                for name, targets in ZOO_FAMILIES.items()}
+    from devplace.zoo import families
+
+    out = {}
+    for name in families.family_names():
+        train, held = families.split(name)
+        out[name] = ([(m.target, families.load(m)) for m in train], [(m.target, families.load(m)) for m in held])
+    return out
+
+
+def train_shipped() -> dict:
+    from devplace.learn.placeto import PlacetoOptions, train_policy
+    from devplace.progress import LineReporter, reporting
+
+    training = [(name, g) for train, _ in splits().values() for name, g in train]
+    began = time.perf_counter()
+    with reporting(LineReporter()):
+        figures = train_policy([g for _, g in training], load_cluster(CLUSTER), SHIPPED, samples=SHIPPED_SAMPLES,
+                               seed=SEED, options=PlacetoOptions(**SHIPPED_OPTIONS),
+                               meta={"trained_on": [n for n, _ in training], "made_by": "benchmarks/generalization.py "
+                                     "--train-shipped"})
+    figures |= {"wall_s": round(time.perf_counter() - began, 1), "seed": SEED, "options": SHIPPED_OPTIONS,
+                "size_bytes": SHIPPED.stat().st_size, "load": open("/proc/loadavg").read().split()[:3]}
+    print(json.dumps(figures))
+    return figures
+
+
+def step_us(graph, cluster, algo: str, **options) -> dict:
+    began = time.perf_counter()
+    try:
+        placed = dp.place(graph, cluster, algo=algo, seed=SEED, **options)
+    except DevplaceError as exc:
+        return {"error": str(exc)[:120]}
+    return {"step_us": dp.simulate(graph, cluster, placed).step_time_us, "seconds": round(time.perf_counter() - began, 2),
+            **{k: placed.options[k] for k in ("episode_s", "units", "samples_simulated") if k in placed.options}}
+
+
+def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: bool = False) -> list[dict]:
+    cluster = load_cluster(CLUSTER)
+    learned = {"zero_shot": {}} if zero_shot_only else {
+        "zero_shot": {}, "finetuned": {"finetune_samples": finetune_samples},
+        "scratch_small": {"policy": "scratch", "finetune_samples": finetune_samples},
+        "scratch_large": {"policy": "scratch", "finetune_samples": large_samples}}
+    baselines = ("m-sct+opt", "expert") if zero_shot_only else BASELINES
+    rows = []
+    for family, (_, held) in splits().items():
+        for name, graph in held:
+            single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
+            row = {"family": family, "graph": name, "ops": graph.n_ops, "single_us": single}
+            row |= {key: step_us(graph, cluster, "placeto", **options) for key, options in learned.items()}
+            row |= {algo: step_us(graph, cluster, algo) for algo in baselines}
+            for key in (*learned, *baselines):
+                if "step_us" in row[key]:
+                    row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single, 4)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def cross_family(samples: int) -> list[dict]:
+    """For each family: a policy trained on the others' training splits places its held-out graphs zero-shot."""
+    import tempfile
+
+    from devplace.learn.placeto import PlacetoOptions, train_policy
+
+    cluster = load_cluster(CLUSTER)
+    every = splits()
+    rows = []
+    for family, (_, held) in every.items():
+        training = [g for other, (train, _) in every.items() if other != family for _, g in train]
+        with tempfile.TemporaryDirectory() as folder:
+            policy = Path(folder) / "cross.pt"
+            figures = train_policy(training, cluster, policy, samples=samples, seed=SEED,
+                                   options=PlacetoOptions(**SHIPPED_OPTIONS))
+            for name, graph in held:
+                single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
+                row = {"placed_family": family, "trained_on": [f for f in every if f != family], "graph": name,
+                       "train_samples": figures["samples_simulated"], "train_s": figures["train_s"],
+                       "zero_shot": step_us(graph, cluster, "placeto", policy=str(policy)),
+                       "m-sct+opt": step_us(graph, cluster, "m-sct+opt")}
+                for key in ("zero_shot", "m-sct+opt"):
+                    if "step_us" in row[key]:
+                        row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single, 4)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def episode_timings() -> list[dict]:
+    import torch
+
+    from devplace.learn import placeto_policy as pp
+    from devplace.learn.placeto import PlacetoOptions, unit_graph
+
+    cluster = load_cluster(CLUSTER)
+    graph = cached_graph(TIMING_GRAPH)
+    net = pp.load_policy(SHIPPED, cluster)[0]
+    out = []
+    torch.set_num_threads(1)
+    for units in TIMING_UNITS:
+        options = PlacetoOptions(max_units=units)
+        began = time.perf_counter()
+        ug = unit_graph(graph, cluster, units)
+        prepare_s = time.perf_counter() - began
+        refresh = pp.refresh_steps(ug.n_units, options)
+        began = time.perf_counter()
+        placing = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0), sample=False)
+        placing_s = time.perf_counter() - began
+        began = time.perf_counter()
+        ug.env.evaluate(np.zeros((1, ug.n_units), dtype=np.int64))
+        one_simulation_s = time.perf_counter() - began
+        row = {"graph": TIMING_GRAPH, "ops": graph.n_ops, "units": ug.n_units, "coarse_ops": ug.env.graph.n_ops,
+               "prepare_s": round(prepare_s, 3), "placing_episode_s": round(placing_s, 3),
+               "placing_simulations": placing.simulations, "one_simulation_ms": round(1e3 * one_simulation_s, 2),
+               "load": open("/proc/loadavg").read().split()[:3]}
+        if ug.n_units <= TRAINING_TIMED_UNITS:
+            began = time.perf_counter()
+            training = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0))
+            log_p, entropy = pp.log_probs(net, ug, training)
+            (log_p.sum() + entropy.sum()).backward()
+            row |= {"training_episode_s": round(time.perf_counter() - began, 3),
+                    "training_simulations": training.simulations}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train-shipped", action="store_true", help="train the shipped policy (seed %d)" % SEED)
+    parser.add_argument("--timings-only", action="store_true")
+    parser.add_argument("--cross-only", action="store_true", help="only train on all but one family, place it")
+    parser.add_argument("--cross-samples", type=int, default=50000)
+    parser.add_argument("--families", action="store_true", help="use devplace.zoo.families, not ZOO_FAMILIES")
+    parser.add_argument("--zero-shot-only", action="store_true",
+                        help="held-out graphs: only zero-shot, m-SCT+opt and expert (no training)")
+    parser.add_argument("--finetune-samples", type=int, default=3000)
+    parser.add_argument("--large-samples", type=int, default=20000)
+    args = parser.parse_args(argv)
+    global USE_ZOO_FAMILIES
+    USE_ZOO_FAMILIES = args.families
+    path = RESULTS / "generalization.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if args.train_shipped:
+        results["shipped"] = train_shipped()
+    elif args.timings_only:
+        results["episode_timings"] = episode_timings()
+    elif args.cross_only:
+        results["cross_family"] = cross_family(args.cross_samples)
+    elif args.zero_shot_only:
+        key = "zero_shot_families" if args.families else "zero_shot_held_out"
+        results[key] = held_out_rows(0, 0, zero_shot_only=True)
+    else:
+        results["held_out"] = held_out_rows(args.finetune_samples, args.large_samples)
+        results["budgets"] = {"finetune_samples": args.finetune_samples, "large_samples": args.large_samples}
+        results["episode_timings"] = episode_timings()
+    write_text_atomic(path, json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

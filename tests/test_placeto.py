@@ -1,0 +1,160 @@
+"""Placeto: learns a family, places an unseen member zero-shot, ships a policy, refuses a wrong device count."""
+
+import json
+
+import numpy as np
+import pytest
+
+import devplace as dp
+from devplace.cluster import uniform_cluster
+from devplace.errors import DevplaceError
+from devplace.graph import GraphBuilder
+from devplace.learn.placeto import PlacetoOptions, shipped_policy_path, train_policy, unit_graph
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+CLUSTER = uniform_cluster(2, bandwidth_bytes_per_us=1e4, latency_us=5.0)
+
+
+def ladder(seed: int):
+    """A chain of random length and op costs whose every op also feeds the one after next, each tensor
+    costing more to send than any op takes: the known good placement is one device (every split pays)."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    n = int(rng.integers(5, 10))
+    for i in range(n):
+        b.add_op(f"op{i}", compute_us=float(rng.uniform(50.0, 150.0)), output_bytes=2e6)
+        for back in (1, 2):
+            if i >= back:
+                b.add_edge(f"op{i - back}", f"op{i}", bytes=2e6)
+    return b.build().with_meta(name=f"ladder_{seed}")
+
+
+def one_device_us(graph) -> float:
+    return dp.simulate(graph, CLUSTER, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
+
+
+def step_us(graph, cluster, **options) -> float:
+    return dp.simulate(graph, cluster, dp.place(graph, cluster, algo="placeto", **options)).step_time_us
+
+
+@pytest.fixture(scope="module")
+def family_policy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("placeto") / "ladder.pt"
+    fast = PlacetoOptions(learning_rate=0.01, final_learning_rate=0.001)   # a test-sized budget
+    figures = train_policy([ladder(seed) for seed in range(6)], CLUSTER, path, samples=800, seed=0, options=fast)
+    return path, figures
+
+
+def test_a_policy_trained_on_a_family_places_an_unseen_member_as_well_as_the_known_good_placement(family_policy):
+    path, figures = family_policy
+    assert figures["samples_simulated"] >= 800 and figures["graphs"] == 6
+    for seed in (100, 101, 102):      # members it has never seen
+        graph = ladder(seed)
+        assert step_us(graph, CLUSTER, policy=str(path)) <= 1.001 * one_device_us(graph)
+        # not a placement found by chance: the random start the episode leaves from is much slower
+        start = dp.place(graph, CLUSTER, algo="random", seed=0)
+        assert dp.simulate(graph, CLUSTER, start).step_time_us > 1.2 * one_device_us(graph)
+
+
+def test_ancestry_follows_the_edges_and_units_cap():
+    b = GraphBuilder(["gpu"])
+    for name in "sabt":
+        b.add_op(name, compute_us=1.0)
+    for src, dst in ("sa", "sb", "at", "bt"):
+        b.add_edge(src, dst)
+    ug = unit_graph(b.build(), CLUSTER)
+    assert ug.n_units == 4
+    descendants = np.unpackbits(ug.descendants, axis=1, count=4).astype(bool)
+    ancestors = np.unpackbits(ug.ancestors, axis=1, count=4).astype(bool)
+    assert descendants[0].tolist() == [False, True, True, True]
+    assert (ancestors == descendants.T).all()
+    assert not descendants[1, 2] and not descendants[2, 1]    # a and b are parallel
+    assert unit_graph(ladder(0), CLUSTER, max_units=3).n_units == 3
+
+
+def test_same_seed_same_policy_and_placement(tmp_path):
+    graphs = [ladder(seed) for seed in range(2)]
+    runs = []
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        path = tmp_path / f"{name}.pt"
+        train_policy(graphs, CLUSTER, path, samples=60, seed=seed)
+        state = torch.load(path, weights_only=True)["state"]
+        placement = dp.place(ladder(7), CLUSTER, algo="placeto", policy=str(path), finetune_samples=30, seed=seed)
+        runs.append((state, placement.devices.tolist()))
+    (a, pa), (b, pb), (c, _) = runs
+    assert all(torch.equal(a[k], b[k]) for k in a) and pa == pb
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_a_policy_for_another_device_count_is_refused(family_policy):
+    path, _ = family_policy
+    with pytest.raises(DevplaceError, match=r"places on 2 devices but cluster .* has 3: train a policy for 3"):
+        dp.place(ladder(0), uniform_cluster(3), algo="placeto", policy=str(path))
+
+
+def test_a_file_that_is_not_a_policy_is_refused(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a policy")
+    with pytest.raises(DevplaceError, match="cannot read policy"):
+        dp.place(ladder(0), CLUSTER, algo="placeto", policy=str(bad))
+
+
+def test_the_shipped_policy_loads_and_places_a_zoo_model():
+    from devplace.cluster import load_cluster
+    from devplace.torchcapture import profile_target
+
+    cluster = load_cluster("baechi-4x2080")
+    assert shipped_policy_path(4).stat().st_size < 4 * 2**20
+    graph = profile_target("zoo:mlp:preset=small", cost="roofline", cluster=cluster)
+    placement = dp.place(graph, cluster, algo="placeto")        # no policy option: the shipped one
+    assert placement.options["policy"].endswith("placeto-4dev.pt")
+    assert dp.simulate(graph, cluster, placement).fits
+
+
+def test_train_and_place_from_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from devplace.cli import app
+
+    graph_file = tmp_path / "g.json"
+    dp.save_graph(ladder(1), graph_file)
+    cluster_file = tmp_path / "two.toml"
+    cluster_file.write_text('name = "two"\ncomm_model = "parallel"\n[[devices]]\nname = "gpu"\nkind = "gpu"\n'
+                            'count = 2\nmemory_gib = 8\n[links.default]\nlatency_us = 5\nus_per_byte = 0.0001\n')
+    policy = tmp_path / "p.pt"
+    runner = CliRunner()
+    trained = runner.invoke(app, ["train", "placeto", "--graph", str(graph_file), "-c", str(cluster_file),
+                                  "--samples", "40", "-o", str(policy), "--json"])
+    assert trained.exit_code == 0, trained.output
+    assert json.loads(trained.stdout)["samples_simulated"] >= 40 and policy.exists()
+    placed = runner.invoke(app, ["place", str(graph_file), "-c", str(cluster_file), "--algo", "placeto",
+                                 "--option", f"policy={policy}", "-o", str(tmp_path / "p.json"), "--json"])
+    assert placed.exit_code == 0, placed.output
+    missing = runner.invoke(app, ["train", "placeto", "-c", str(cluster_file), "-o", str(policy)])
+    assert missing.exit_code == 2 and "give --family" in missing.output
+
+
+def test_options_are_declared_with_the_authors_defaults():
+    options = PlacetoOptions()
+    assert (options.learning_rate, options.final_learning_rate, options.grad_clip) == (1e-3, 1e-4, 1.25)
+    with pytest.raises(DevplaceError, match="finetune_samples"):
+        dp.place(ladder(0), CLUSTER, algo="placeto", policy="scratch", finetune_samples=-1)
+
+
+@pytest.mark.parametrize("acyclic", [True, False])
+def test_reach_bits_is_the_transitive_closure(acyclic):
+    from devplace.learn.placeto import reach_bits
+
+    n = 60
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, n, 150), rng.integers(0, n, 150)
+    if acyclic:
+        src, dst = np.minimum(src, dst), np.maximum(src, dst)
+        src, dst = src[src != dst], dst[src != dst]
+    closure = np.zeros((n, n), dtype=bool)
+    closure[src, dst] = True
+    for _ in range(n):
+        closure |= (closure.astype(int) @ closure.astype(int)) > 0
+    assert (np.unpackbits(reach_bits(n, src, dst), axis=1, count=n).astype(bool) == closure).all()
