@@ -744,6 +744,38 @@ def train_placeto(
                   f"({figures['updates']} episodes, {figures['train_s']:.0f} s); written to {output}")
 
 
+@train_app.command("mars-encoder")
+@friendly_errors
+def train_mars_encoder(
+    output: Path = typer.Option(..., "--output", "-o", help="where to write the encoder (.pt)"),
+    graph: list[str] = typer.Option([], "--graph", help="pre-training graphs: a graph file, data:FILE "
+                                    "(bundled), family:NAME (a graph family's training split) or a model target "
+                                    "(repeatable; default: the shipped encoder's corpus)"),
+    cluster: str = typer.Option("baechi-4x2080", "--cluster", "-c", help="devices model targets are captured for"),
+    seed: int = typer.Option(0, "--seed", help="seed of the initial weights, corruptions and graph order"),
+    epochs: int = typer.Option(200, "--epochs", help="passes over the graphs (one Adam step per graph each)"),
+    hidden: int = typer.Option(64, "--hidden", help="embedding width"),
+    max_units: int = typer.Option(1024, "--max-units", help="units per graph, as the mars placer's max_units"),
+    as_json: bool = typer.Option(False, "--json", help="print the encoder's metadata as JSON"),
+):
+    """Pre-train Mars's graph encoder by Deep Graph Infomax on many operator graphs (no labels)."""
+    from devplace.cluster import load_cluster
+    from devplace.learn.encoder import DEFAULT_CORPUS, train_encoder
+
+    check_seed(seed)
+    for name, value in (("--epochs", epochs), ("--hidden", hidden), ("--max-units", max_units)):
+        if value < 1:
+            raise DevplaceError(f"{name} is {value}: use 1 or more")
+    report = None if as_json else (lambda line: err_console.print(line, highlight=False))
+    meta = train_encoder(output, graph or DEFAULT_CORPUS, cluster=load_cluster(cluster), seed=seed, epochs=epochs,
+                         hidden=hidden, max_units=max_units, report=report)
+    if as_json:
+        print_json({**meta, "output": str(output)})
+        return
+    console.print(f"pre-trained on {len(meta['graphs'])} graphs, discriminator accuracy "
+                  f"{100 * meta['train_accuracy']:.1f}%; written to {output}")
+
+
 def main() -> None:
     app()
 

@@ -146,7 +146,7 @@ def _current_umask() -> int:
 
 # ------------------------------------------------------------------ one set of conventions
 COMMANDS = ("info", "clusters", "algos", "place", "simulate", "compare", "profile", "run", "calibrate", "families",
-            "train placeto")
+            "train placeto", "train mars-encoder")
 
 
 def command_options() -> dict[str, list[list[str]]]:

@@ -12,10 +12,12 @@ The pieces every learner shares live here once:
 - ``train`` (torch): the REINFORCE loop with its baseline, learning-rate schedule, checkpoints,
   resume, training log and progress;
 - ``nets`` (torch): the sequence-to-sequence placer with attention and the Hierarchical Planner's
-  Grouper.
+  Grouper;
+- ``encoder``, ``marsnet``, ``ppo`` (torch, PyTorch Geometric): Mars's pre-trained GCN encoder, its
+  segment-level placer and its PPO update.
 
-Each learner is one module registered as a placer (``colocrl``, ``hp``); it imports torch only
+Each learner is one module registered as a placer (``colocrl``, ``hp``, ``mars``); it imports torch only
 when it runs, so ``import devplace`` and the algorithmic placers stay torch-free.
 """
 
-from devplace.learn import colocrl, hp, placeto  # noqa: F401,E402  (register the learners; torch-free until they run)
+from devplace.learn import colocrl, hp, mars, placeto  # noqa: F401,E402  (register the learners; torch-free until they run)

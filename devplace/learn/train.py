@@ -1,6 +1,9 @@
-"""The REINFORCE loop every learning placer runs (torch): sample, simulate, update, checkpoint, log.
+"""The training loop every learning placer runs (torch): sample, simulate, update, checkpoint, log.
 
-One update, as both ColocRL and the Hierarchical Planner train:
+``train`` is the loop (budget, best placement, checkpoints, log, progress); each learner hands it
+its ``step``. ``reinforce`` is ColocRL's and HP's step; Mars's PPO step is in ``ppo``.
+
+One REINFORCE update, as both ColocRL and the Hierarchical Planner train:
 
 1. the policy samples K placements of the units (``samples_per_update``), drawing from a
    ``torch.Generator`` seeded by the run's seed;
@@ -164,19 +167,67 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
     with torch.no_grad():
         state.init_fit = math.exp(float(clone(targets)) / len(targets))
 
+@dataclasses.dataclass
+class Update:
+    """What one policy update reports to the loop: the placements it sampled, their outcomes, the mean
+    entropy per decision and its loss."""
+
+    unit_devices: np.ndarray
+    outcomes: object
+    entropy: float
+    loss: float
+
+
+# one update: (placements to sample, generator, run state, the batch evaluator, the reward) -> Update
+UpdateStep = Callable[[int, torch.Generator, "_State", object, Reward], Update]
+
 
 def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module,
               sample: Callable[[int, torch.Generator, float], Sample], options: LearnerOptions,
               seed: int, clone: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Placement:
-    """Train ``policy`` (whose ``sample(k, generator, noise_std)`` gives K device rows per unit) and
-    return the best placement that fits, with the run's figures in ``Placement.options``. ``clone(targets)``
-    is the policy's log-probability of one device per unit (needed for option ``init``)."""
+    """Train ``policy`` (whose ``sample(k, generator, noise_std)`` gives K device rows per unit) by
+    REINFORCE and return the best placement that fits, with the run's figures in ``Placement.options``.
+    ``clone(targets)`` is the policy's log-probability of one device per unit (needed for option ``init``)."""
+    optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
+
+    def step(k, generator, state, rollouts, reward) -> Update:
+        noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
+        drawn = sample(k, generator, noise)
+        unit_devices = drawn.actions.numpy()
+        outcomes = rollouts.evaluate(unit_devices)
+        rewards = reward(outcomes)
+        if state.baseline is None:
+            state.baseline = float(rewards.mean())
+        advantage = rewards - state.baseline
+        if options.normalize_advantage and k > 1:
+            advantage = advantage / (rewards.std() + 1e-8)
+        loss = -(torch.as_tensor(advantage, dtype=torch.float32) * drawn.log_prob).mean()
+        if options.entropy_weight:
+            loss = loss - options.entropy_weight * drawn.entropy.mean()
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate_at(options, state.update)
+        optimizer.zero_grad()
+        loss.backward()
+        if options.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
+        optimizer.step()
+        state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
+        return Update(unit_devices, outcomes, float(drawn.entropy.detach().mean()), float(loss.detach()))
+
+    return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone)
+
+
+def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
+          step: UpdateStep, options: LearnerOptions, seed: int,
+          clone: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Placement:
+    """The loop every learner shares: fit the warm start if asked (``clone``, option ``init``), then run
+    ``step`` until the budget is spent, keeping the best placement that fits, checkpointing, logging and
+    reporting progress; return that placement."""
     if options.samples < 1 or options.samples_per_update < 1:
         raise DevplaceError(f"{name}: options samples and samples_per_update must be at least 1")
     if options.init and clone is None:
         raise DevplaceError(f"{name}: option init is not supported by this learner; leave it empty")
     reward = Reward(options.failing_step_s, options.oom_penalty_s_per_gib)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
     generator = torch.Generator().manual_seed(seed)
     identity = _identity(name, graph, cluster, seed, options)
     checkpoint = Path(options.checkpoint) if options.checkpoint else None
@@ -200,34 +251,14 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
                 stopped_by = "time"
                 break
             k = min(options.samples_per_update, options.samples - state.samples)
-            noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
-            drawn = sample(k, generator, noise)
-            unit_devices = drawn.actions.numpy()
-            outcomes = rollouts.evaluate(unit_devices)
-            rewards = reward(outcomes)
-            if state.baseline is None:
-                state.baseline = float(rewards.mean())
-            advantage = rewards - state.baseline
-            if options.normalize_advantage and k > 1:
-                advantage = advantage / (rewards.std() + 1e-8)
-            loss = -(torch.as_tensor(advantage, dtype=torch.float32) * drawn.log_prob).mean()
-            if options.entropy_weight:
-                loss = loss - options.entropy_weight * drawn.entropy.mean()
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate_at(options, state.update)
-            optimizer.zero_grad()
-            loss.backward()
-            if options.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
-            optimizer.step()
-            state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
-            _keep_best(state, unit_devices, outcomes)
+            done = step(k, generator, state, rollouts, reward)
+            _keep_best(state, done.unit_devices, done.outcomes)
             state.update += 1
             state.samples += k
             state.wall_s = time.perf_counter() - began
             state.rows.append({"update": state.update, "wall_s": round(state.wall_s, 3), "samples": state.samples,
-                               "best_step_us": state.best_step_us, "mean_step_us": float(outcomes.step_us.mean()),
-                               "entropy": float(drawn.entropy.detach().mean()), "loss": float(loss.detach())})
+                               "best_step_us": state.best_step_us, "mean_step_us": float(done.outcomes.step_us.mean()),
+                               "entropy": done.entropy, "loss": done.loss})
             if checkpoint is not None and state.update % options.checkpoint_every == 0:
                 _save(checkpoint, identity, policy, optimizer, generator, state)
             task.update(state.samples, best_step_us=state.best_step_us if state.best_units is not None else None)

@@ -1,0 +1,116 @@
+"""Mars: a contrastively pre-trained graph encoder, a segment-level placer, trained by PPO.
+
+"Accelerated Device Placement Optimization with Contrastive Learning" (Lan, Chen, Li, ICPP 2021):
+
+1. units: the ops grouped as ColocRL groups them (colocation groups, and an op whose output one op
+   reads joins it), in step order; beyond ``max_units`` consecutive units merge;
+2. a graph convolutional network embeds every unit from its features and its neighbours; its
+   weights come from Deep Graph Infomax pre-training on many operator graphs, done once, without
+   labels or step times (``encoder``; ``devplace train mars-encoder``; the package ships one) and
+   are fine-tuned with the placer; ``pretrained=false`` starts them at random (the paper's ablation);
+3. the units are cut into segments of ``segment_length``; an LSTM with attention places one segment
+   at a time, carrying its state to the next (``marsnet.SegmentPlacer``);
+4. PPO with a value head trains encoder and placer together on the simulated step time (``ppo``).
+
+The paper reports the step times Mars finds and that pre-training cut training time by 13.2%; it
+gives no hyper-parameters. Ours are CleanRL's PPO defaults where PPO has one (``MarsOptions`` says
+which), and measured choices for the network's sizes.
+
+>>> MarsOptions().clip, MarsOptions().update_epochs, MarsOptions().entropy_coef
+(0.2, 4, 0.01)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from devplace.learn.features import capped_units
+from devplace.learn.options import LearnerOptions
+from devplace.placers import register
+from devplace.placers._memory import check_can_fit
+from devplace.placers.options import option
+from devplace.transforms.coplacement import coplacement_groups
+
+NAME = "mars"
+
+
+@dataclass(frozen=True)
+class MarsOptions(LearnerOptions):
+    """Mars's hyper-parameters. PPO's are CleanRL's ``ppo.py`` defaults (the paper states none): clip 0.2,
+    4 epochs per batch of 4 minibatches, entropy coefficient 0.01, value coefficient 0.5 with the value
+    loss clipped, advantages normalised per minibatch, Adam at 2.5e-4 annealed linearly to 0 over the
+    run, gradient norm clipped to 0.5. No discount: the reward comes once, at the end of a placement,
+    so CleanRL's per-step discount (0.99) would leave the first of a thousand decisions almost no
+    signal. Measured choices: 16 placements per batch, width 128, segments of 64 units, at most 256
+    units as ColocRL (at 1,024 one update on GNMT-4 took 20 s on the shared 2-core machine). REINFORCE's
+    options (baseline decay, staircase decay, logit noise, tanh bound) do not apply."""
+
+    samples_per_update: int = option(16, "placements sampled per PPO batch")
+    hidden_size: int = option(128, "placer LSTM, attention and device-embedding width")
+    learning_rate: float = option(2.5e-4, "Adam learning rate (CleanRL PPO), annealed linearly to 0 over `samples`")
+    grad_clip: float = option(0.5, "clip the gradient's global norm to this (CleanRL PPO; 0: no clipping)")
+    max_units: int = option(256, "most units placed (consecutive units merge beyond it; ColocRL's cap)")
+    segment_length: int = option(64, "units the placer places per segment (attention spans one segment)")
+    clip: float = option(0.2, "PPO clip range of the probability ratio (and of the value change)")
+    update_epochs: int = option(4, "passes over each batch")
+    minibatches: int = option(4, "minibatches per pass")
+    entropy_coef: float = option(0.01, "weight of the entropy bonus")
+    value_coef: float = option(0.5, "weight of the value loss")
+    pretrained: bool = option(True, "start the encoder from its Deep Graph Infomax pre-training (false: random)")
+    encoder: str = option("", "pre-trained encoder file (`devplace train mars-encoder`); empty: the shipped one")
+    encoder_hidden: int = option(64, "encoder width when pretrained=false (the shipped encoder's)")
+
+
+def mars_units(graph, max_units: int):
+    """Colocation groups plus single-consumer chains, at most ``max_units`` of them, as ``Units``."""
+    return capped_units(graph, coplacement_groups(graph, single_consumer=True, mirror=False), max_units)
+
+
+def _check(options: MarsOptions) -> None:
+    from devplace.errors import DevplaceError
+
+    for name in ("segment_length", "max_units", "update_epochs", "minibatches", "hidden_size", "encoder_hidden"):
+        if getattr(options, name) < 1:
+            raise DevplaceError(f"{NAME}: option {name} is {getattr(options, name)}: use 1 or more")
+    if options.clip <= 0:
+        raise DevplaceError(f"{NAME}: option clip is {options.clip}: use a positive range such as 0.2")
+
+
+@register(NAME, "Mars (ICPP 2021): DGI-pre-trained GCN encoder, segment-level seq2seq placer, PPO on the "
+          "simulator", MarsOptions, by_default=False)
+def place(graph, cluster, *, seed: int = 0, options: MarsOptions = MarsOptions()):
+    import torch
+
+    from devplace.learn.encoder import SHIPPED, GCNEncoder, load_encoder, unit_graph
+    from devplace.learn.marsnet import SegmentPlacer
+    from devplace.learn.ppo import Batch, PPOSettings, ppo_update
+    from devplace.learn.train import Update, seeded, train
+
+    _check(options)
+    check_can_fit(graph, cluster, NAME)
+    units = mars_units(graph, options.max_units)
+    g = unit_graph(graph, units.unit_of)
+    with seeded(seed):
+        if options.pretrained:
+            encoder = load_encoder(options.encoder or SHIPPED)[0].encoder
+        else:
+            encoder = GCNEncoder(options.encoder_hidden)
+        policy = SegmentPlacer(encoder, cluster.n_devices, options.hidden_size, options.segment_length)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate, eps=1e-5)
+    settings = PPOSettings(options.clip, options.update_epochs, options.minibatches, options.entropy_coef,
+                           options.value_coef, options.grad_clip)
+    n_updates = -(-options.samples // options.samples_per_update)
+
+    def step(k, generator, state, rollouts, reward) -> Update:
+        for group in optimizer.param_groups:       # CleanRL's annealing: linearly to 0 at the last update
+            group["lr"] = options.learning_rate * (1.0 - state.update / n_updates)
+        drawn = policy.act(g, k, generator)
+        unit_devices = drawn.actions.numpy()
+        outcomes = rollouts.evaluate(unit_devices)
+        batch = Batch(drawn.actions, drawn.log_prob, drawn.value,
+                      torch.as_tensor(reward(outcomes), dtype=torch.float32))
+        figures = ppo_update(lambda actions: policy.evaluate(g, actions), policy.parameters(), optimizer, batch,
+                             settings, generator)
+        return Update(unit_devices, outcomes, figures["entropy"], figures["loss"])
+
+    return train(NAME, graph, cluster, units.unit_of, policy, optimizer, step, options, seed)

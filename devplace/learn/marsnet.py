@@ -1,0 +1,100 @@
+"""Mars's policy (torch): the GCN encoder's unit embeddings, placed segment by segment by an LSTM with attention.
+
+The units, in step order, are cut into segments of ``segment_length``. An LSTM reads the unit
+embeddings in order; the decoder, an LSTM whose input at each unit is the embedding of the device
+it chose for the previous unit beside the unit's encoding, places one segment at a time, attending
+(dot-product, "general" form) only over that segment's encodings, and hands its state on to the
+next segment. Attention, the costly part, is thus segment by segment rather than unit by unit, so a
+long graph fits in memory. A value head reads the same decoder state as the device head (PPO's
+critic: the expected reward from this decision on).
+
+``act`` samples K placements without gradients, one unit at a time; ``evaluate`` recomputes the
+log-probabilities, entropies and values of given placements with gradients, one LSTM call per
+segment (teacher forcing), for PPO's epochs. Both run the same weights in the same order, so on the
+placements ``act`` drew they agree to rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from devplace.learn.encoder import GCNEncoder, UnitGraph
+
+
+@dataclass
+class Decisions:
+    """Per placement and unit (K, U): the chosen device, its log-probability, the entropy and the value."""
+
+    actions: torch.Tensor
+    log_prob: torch.Tensor
+    entropy: torch.Tensor
+    value: torch.Tensor
+
+
+class SegmentPlacer(nn.Module):
+    def __init__(self, encoder: GCNEncoder, n_devices: int, hidden: int, segment_length: int):
+        super().__init__()
+        self.encoder, self.n_devices, self.segment_length = encoder, n_devices, segment_length
+        self.reader = nn.LSTM(encoder.hidden, hidden, batch_first=True)
+        self.device_embed = nn.Embedding(n_devices + 1, hidden)    # the last row starts the sequence
+        self.decoder = nn.LSTM(2 * hidden, hidden, batch_first=True)
+        self.attend = nn.Linear(hidden, hidden, bias=False)
+        self.head = nn.Linear(2 * hidden, n_devices)
+        self.value_head = nn.Linear(2 * hidden, 1)
+
+    def _encode(self, g: UnitGraph):
+        """(U, hidden) unit encodings and the reader's last state, which starts the decoder."""
+        encoded, state = self.reader(self.encoder(g.x, g.edge_index).unsqueeze(0))
+        return encoded[0], state
+
+    def _segments(self, n_units: int):
+        return [(s, min(s + self.segment_length, n_units)) for s in range(0, n_units, self.segment_length)]
+
+    def _heads(self, h: torch.Tensor, memory: torch.Tensor):
+        """Device logits and value from decoder outputs h (K, T, H) attending over memory (T_seg, H)."""
+        weights = F.softmax(h @ self.attend(memory).T, dim=-1)
+        features = torch.cat([h, weights @ memory], -1)
+        return self.head(features), self.value_head(features).squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, g: UnitGraph, k: int, generator: torch.Generator) -> Decisions:
+        """K placements sampled unit by unit (no gradients)."""
+        encoded, (h0, c0) = self._encode(g)
+        state = (h0.expand(1, k, -1).contiguous(), c0.expand(1, k, -1).contiguous())
+        previous = torch.full((k,), self.n_devices, dtype=torch.long)
+        out = {name: [] for name in ("actions", "log_prob", "entropy", "value")}
+        for first, end in self._segments(g.n_units):
+            memory = encoded[first:end]
+            for t in range(first, end):
+                step_in = torch.cat([self.device_embed(previous), encoded[t].expand(k, -1)], -1).unsqueeze(1)
+                h, state = self.decoder(step_in, state)
+                logits, value = self._heads(h, memory)
+                log_p = F.log_softmax(logits[:, 0], -1)
+                previous = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)
+                out["actions"].append(previous)
+                out["log_prob"].append(log_p.gather(-1, previous.unsqueeze(-1)).squeeze(-1))
+                out["entropy"].append(-(log_p.exp() * log_p).sum(-1))
+                out["value"].append(value[:, 0])
+        return Decisions(**{name: torch.stack(v, 1) for name, v in out.items()})
+
+    def evaluate(self, g: UnitGraph, actions: torch.Tensor) -> Decisions:
+        """Log-probabilities, entropies and values of the (K, U) ``actions`` (with gradients)."""
+        k = actions.shape[0]
+        encoded, (h0, c0) = self._encode(g)
+        state = (h0.expand(1, k, -1).contiguous(), c0.expand(1, k, -1).contiguous())
+        previous = torch.cat([torch.full((k, 1), self.n_devices, dtype=torch.long), actions[:, :-1]], 1)
+        log_probs, entropies, values = [], [], []
+        for first, end in self._segments(g.n_units):
+            memory = encoded[first:end]
+            steps_in = torch.cat([self.device_embed(previous[:, first:end]), memory.expand(k, -1, -1)], -1)
+            h, state = self.decoder(steps_in, state)
+            logits, value = self._heads(h, memory)
+            log_p = F.log_softmax(logits, -1)
+            log_probs.append(log_p.gather(-1, actions[:, first:end].unsqueeze(-1)).squeeze(-1))
+            entropies.append(-(log_p.exp() * log_p).sum(-1))
+            values.append(value)
+        return Decisions(actions, torch.cat(log_probs, 1), torch.cat(entropies, 1), torch.cat(values, 1))
