@@ -241,19 +241,15 @@ def schedule(
     return 0, start, finish, order, -1
 
 
-def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None = None):
-    """Schedule ``graph`` on ``cluster``: (devices, order, start_us, finish_us) as the scheduler sees them.
-
-    ``favorite[i]`` is op i's favorite child (-1: none); given, the m-SCT keep-idle rule applies."""
-    check_can_fit(graph, cluster, algo)
-    memory = MemoryModel(graph, cluster)
+def schedule_args(graph, cluster, memory: MemoryModel, favorite: np.ndarray | None) -> tuple:
+    """The arguments of ``schedule`` for a graph, cluster, fresh memory model and favorite children."""
     time_us = op_times_us(graph, cluster)
     level = bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ_edge, graph.edge_dst,
                           time_us.mean(axis=1), mean_edge_us(graph, cluster))
     use_favorites = favorite is not None
     if favorite is None:
         favorite = np.full(graph.n_ops, -1, dtype=np.int64)
-    status, start, finish, order, stuck = schedule(
+    return (
         time_us, float(cluster.op_gap_us), level, np.asarray(favorite, dtype=np.int64), use_favorites,
         graph.colocation, memory.group_ptr, memory.group_members,
         graph.succ_ptr, graph.succ_edge, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.edge_dst,
@@ -262,6 +258,15 @@ def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None 
         memory.device, memory.reserved_bytes, memory.temp_max, memory.capacity, memory.copy_counted,
         memory.static_bytes, memory.output_bytes, memory.temp_bytes, memory.moves,
     )
+
+
+def run_list_schedule(graph, cluster, *, algo: str, favorite: np.ndarray | None = None):
+    """Schedule ``graph`` on ``cluster``: (devices, order, start_us, finish_us) as the scheduler sees them.
+
+    ``favorite[i]`` is op i's favorite child (-1: none); given, the m-SCT keep-idle rule applies."""
+    check_can_fit(graph, cluster, algo)
+    memory = MemoryModel(graph, cluster)
+    status, start, finish, order, stuck = schedule(*schedule_args(graph, cluster, memory, favorite))
     if status != 0:
         raise out_of_memory(graph, cluster, algo, stuck_op=int(stuck) if stuck >= 0 else None)
     return memory.device.copy(), order, start, finish
