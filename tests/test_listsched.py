@@ -13,12 +13,66 @@ import pytest
 from numba import njit
 
 import devplace as dp
-from devplace.cluster import Cluster, Device, load_cluster
+from devplace.cluster import Cluster, Device, load_cluster, uniform_cluster
 from devplace.graph import GraphBuilder
-from devplace.placers._listsched import _inputs_ready, schedule, schedule_args
+from devplace.placers._listsched import schedule, schedule_args
 from devplace.placers._lp import round_favorites
 from devplace.placers._memory import MemoryModel, claim, members_of
-from devplace.sim.channels import COMM_MODELS, channel_state
+from devplace.sim.channels import COMM_MODELS, book, channel_state, transfer_us
+
+
+@njit(cache=True, inline="always")
+def reference_earlier_edge_from(u, lo, k, pred_edge, edge_src):
+    """Whether one of the in-edges at positions lo..k-1 comes from op u."""
+    for j in range(lo, k):
+        if edge_src[pred_edge[j]] == u:
+            return True
+    return False
+
+
+@njit(cache=True)
+def reference_inputs_ready(
+    v, d, commit, device, finish, arrival, pred_ptr, pred_edge, edge_src, edge_bytes, edge_fixed_us,
+    latency_us, bandwidth, model, free_us, scratch,
+):
+    """The former ``_inputs_ready`` (a quadratic search for a producer's other edges), unchanged.
+
+    When all of v's inputs are on device d; with ``commit`` the transfers are booked.
+
+    Without ``commit`` they are booked on ``scratch``, a copy of the channel state, so transfers of
+    one op queue behind each other exactly as they would when booked. A producer joined to v by
+    several edges sends its tensor once, for as long as the longest of them (as the simulator)."""
+    n_dev = free_us.shape[1]
+    channels = free_us
+    if not commit:
+        scratch[:, :] = free_us
+        channels = scratch
+    lo, hi = pred_ptr[v], pred_ptr[v + 1]
+    ready = 0.0
+    for k in range(lo, hi):
+        e = pred_edge[k]
+        u = edge_src[e]
+        du = device[u]
+        if du == d:
+            t = finish[u]
+        elif arrival[u * n_dev + d] >= 0.0:
+            t = arrival[u * n_dev + d]
+        elif reference_earlier_edge_from(u, lo, k, pred_edge, edge_src):
+            continue  # its transfer is booked and counted in ready already
+        else:
+            duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, d], bandwidth[du, d])
+            for j in range(k + 1, hi):
+                f = pred_edge[j]
+                if edge_src[f] == u:
+                    longer, longer_delay = transfer_us(edge_bytes[f], edge_fixed_us[f], latency_us[du, d], bandwidth[du, d])
+                    if longer > duration:
+                        duration, delay = longer, longer_delay
+            t = book(model, channels, du, d, finish[u], duration, delay) + duration
+            if commit and duration > 0.0:
+                arrival[u * n_dev + d] = t
+        if t > ready:
+            ready = t
+    return ready
 
 
 @njit(cache=True)
@@ -88,7 +142,7 @@ def reference_schedule(
         if best_slot < 0:
             return 1, start, finish, order, ready_ops[0] if n_ready > 0 else -1
         v, d = best_v, best_d
-        exact = _inputs_ready(v, d, False, device, finish, arrival, pred_ptr, pred_edge, edge_src,
+        exact = reference_inputs_ready(v, d, False, device, finish, arrival, pred_ptr, pred_edge, edge_src,
                               edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
         if exact > inputs_at[v * n_dev + d]:
             inputs_at[v * n_dev + d] = exact     # channels got busier since: look again
@@ -107,7 +161,7 @@ def reference_schedule(
             claim(ops, d, True, delta, stamp, tick, device, reserved, temp_max, capacity,
                   copy_counted, static_bytes, output_bytes, temp_bytes,
                   succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, moves)
-        _inputs_ready(v, d, True, device, finish, arrival, pred_ptr, pred_edge, edge_src,
+        reference_inputs_ready(v, d, True, device, finish, arrival, pred_ptr, pred_edge, edge_src,
                       edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
         start[v] = best_t
         finish[v] = best_t + time_us[v, d] + op_gap_us
@@ -131,7 +185,7 @@ def reference_schedule(
                 ready_ops[n_ready] = w
                 n_ready += 1
                 for o in range(n_dev):
-                    inputs_at[w * n_dev + o] = _inputs_ready(
+                    inputs_at[w * n_dev + o] = reference_inputs_ready(
                         w, o, False, device, finish, arrival, pred_ptr, pred_edge, edge_src,
                         edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
     return 0, start, finish, order, -1
@@ -238,3 +292,28 @@ def test_same_schedule_as_the_full_scan_on_a_large_layered_dag():
     cluster = load_cluster("baechi-4x2080").with_memory_fraction(1000.0)
     for favorite in (None, lp_favorites(graph, cluster)):
         assert assert_same_schedule(graph, cluster, favorite) == 0
+
+
+@pytest.mark.parametrize("comm_model", COMM_MODELS)
+def test_same_schedule_as_the_full_scan_when_ops_have_hundreds_of_inputs(comm_model):
+    """Fans: a source feeding 300 ops that all feed one sink, some by two or three edges of other
+    sizes or a fixed time (the transfer must be booked once, at the first edge, for the longest),
+    then a second fan reading the sink; the producer search in ``_inputs_ready`` is linear now."""
+    rng = np.random.default_rng(COMM_MODELS.index(comm_model))
+    b = GraphBuilder(["gpu"])
+    b.add_op("src", compute_us=5.0, output_bytes=2000.0)
+    b.add_op("sink", compute_us=5.0, output_bytes=2000.0)
+    for i in range(300):
+        b.add_op(f"a{i}", compute_us=float(rng.integers(1, 8) * 10), output_bytes=1000.0)
+        b.add_op(f"b{i}", compute_us=float(rng.uniform(5.0, 50.0)))
+        b.add_edge("src", f"a{i}", bytes=2000.0)
+        b.add_edge("sink", f"b{i}", bytes=float(rng.choice([0.0, 2000.0])))
+    for i in rng.permutation(300).tolist() + rng.integers(0, 300, 200).tolist():
+        kind = rng.integers(0, 4)
+        b.add_edge(f"a{i}", "sink", bytes=float(rng.integers(0, 4) * 1000), fixed_us=float(rng.choice([0.0, 90.0])) if kind == 0 else None)
+    graph = b.build()
+    for n_dev in (3, 8):
+        cluster = uniform_cluster(n_dev, latency_us=20.0, bandwidth_bytes_per_us=50.0, comm_model=comm_model)
+        favorite = round_favorites(graph.edge_src, graph.edge_dst, rng.uniform(0.0, 0.3, graph.n_edges), graph.n_ops)
+        for chosen in (None, favorite):
+            assert assert_same_schedule(graph, cluster, chosen) == 0

@@ -77,13 +77,7 @@ def bottom_levels(topo_order, succ_ptr, succ_edge, edge_dst, time_us, edge_us):
     return level
 
 
-@njit(cache=True, inline="always")
-def _earlier_edge_from(u, lo, k, pred_edge, edge_src):
-    """Whether one of the in-edges at positions lo..k-1 comes from op u."""
-    for j in range(lo, k):
-        if edge_src[pred_edge[j]] == u:
-            return True
-    return False
+SENT = -1.5    # in an arrival slot during ``_inputs_ready``: this producer's transfer is counted
 
 
 @njit(cache=True)
@@ -95,43 +89,62 @@ def _inputs_ready(
 
     Without ``commit`` they are booked on ``scratch``, a copy of the channel state, so transfers of
     one op queue behind each other exactly as they would when booked. A producer joined to v by
-    several edges sends its tensor once, for as long as the longest of them (as the simulator)."""
+    several edges sends its tensor once, at its first edge, for as long as the longest of them
+    (the first of equal ones; as the simulator). To find those in time linear in v's in-edges, the
+    arrival slot (producer, d) of a producer not yet sent there (-1) holds, during the call, -2 -
+    the position of its longest edge, then ``SENT``; every such slot is -1 again on return, unless
+    ``commit`` booked a transfer that takes time, whose arrival it then holds."""
     n_dev = free_us.shape[1]
     channels = free_us
     if not commit:
         scratch[:, :] = free_us
         channels = scratch
     lo, hi = pred_ptr[v], pred_ptr[v + 1]
-    ready = 0.0
-    for k in range(lo, hi):
+    for k in range(lo, hi):     # each unsent producer's longest edge
         e = pred_edge[k]
         u = edge_src[e]
         du = device[u]
+        slot = u * n_dev + d
+        if du == d or arrival[slot] >= 0.0:
+            continue
+        if arrival[slot] == -1.0:
+            arrival[slot] = -2.0 - k
+            continue
+        f = pred_edge[int(-2.0 - arrival[slot])]
+        longest = transfer_us(edge_bytes[f], edge_fixed_us[f], latency_us[du, d], bandwidth[du, d])[0]
+        if transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, d], bandwidth[du, d])[0] > longest:
+            arrival[slot] = -2.0 - k
+    ready = 0.0
+    for k in range(lo, hi):
+        u = edge_src[pred_edge[k]]
+        du = device[u]
+        slot = u * n_dev + d
         if du == d:
             t = finish[u]
-        elif arrival[u * n_dev + d] >= 0.0:
-            t = arrival[u * n_dev + d]
-        elif _earlier_edge_from(u, lo, k, pred_edge, edge_src):
+        elif arrival[slot] >= 0.0:
+            t = arrival[slot]
+        elif arrival[slot] == SENT:
             continue  # its transfer is booked and counted in ready already
         else:
-            duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, d], bandwidth[du, d])
-            for j in range(k + 1, hi):
-                f = pred_edge[j]
-                if edge_src[f] == u:
-                    longer, longer_delay = transfer_us(edge_bytes[f], edge_fixed_us[f], latency_us[du, d], bandwidth[du, d])
-                    if longer > duration:
-                        duration, delay = longer, longer_delay
+            f = pred_edge[int(-2.0 - arrival[slot])]
+            duration, delay = transfer_us(edge_bytes[f], edge_fixed_us[f], latency_us[du, d], bandwidth[du, d])
             t = book(model, channels, du, d, finish[u], duration, delay) + duration
-            if commit and duration > 0.0:
-                arrival[u * n_dev + d] = t
+            arrival[slot] = t if commit and duration > 0.0 else SENT
         if t > ready:
             ready = t
+    for k in range(lo, hi):
+        slot = edge_src[pred_edge[k]] * n_dev + d
+        if arrival[slot] == SENT:
+            arrival[slot] = -1.0
     return ready
 
 
 RIPE, WAITING = 0, 1    # a device's two heaps: heap 2d + RIPE and heap 2d + WAITING
 
 
+# The heaps live in three (2 x devices, capacity) arrays (start key, rank key, version) and a size
+# per heap, passed as separate arrays: numba counts references to every array it unpacks from a
+# tuple, and on GNMT those atomic counts took 70% of the scheduler's time.
 @njit(cache=True, inline="always")
 def _precedes(t, r, t2, r2):
     """Whether key (t, r) comes before (t2, r2)."""
@@ -139,47 +152,48 @@ def _precedes(t, r, t2, r2):
 
 
 @njit(cache=True)
-def _heap_push(heaps, h, t, r, version):
-    """Add the entry (start t, rank r, version) to heap h; returns the heaps (grown when full)."""
-    key_t, key_r, vers, size = heaps
-    if size[h] == key_t.shape[1]:
-        grown_t = np.empty((key_t.shape[0], 2 * key_t.shape[1]))
-        grown_r = np.empty((key_t.shape[0], 2 * key_t.shape[1]), np.int64)
-        grown_v = np.empty((key_t.shape[0], 2 * key_t.shape[1]), np.int64)
-        grown_t[:, : key_t.shape[1]] = key_t
-        grown_r[:, : key_t.shape[1]] = key_r
-        grown_v[:, : key_t.shape[1]] = vers
-        key_t, key_r, vers = grown_t, grown_r, grown_v
-        heaps = (key_t, key_r, vers, size)
-    i = size[h]
-    size[h] += 1
+def _heap_push(heap_t, heap_r, heap_v, heap_n, h, t, r, version):
+    """Add the entry (start t, rank r, version) to heap h, which the caller made room in."""
+    i = heap_n[h]
+    heap_n[h] += 1
     while i > 0:
         parent = (i - 1) >> 1
-        if not _precedes(t, r, key_t[h, parent], key_r[h, parent]):
+        if not _precedes(t, r, heap_t[h, parent], heap_r[h, parent]):
             break
-        key_t[h, i], key_r[h, i], vers[h, i] = key_t[h, parent], key_r[h, parent], vers[h, parent]
+        heap_t[h, i], heap_r[h, i], heap_v[h, i] = heap_t[h, parent], heap_r[h, parent], heap_v[h, parent]
         i = parent
-    key_t[h, i], key_r[h, i], vers[h, i] = t, r, version
-    return heaps
+    heap_t[h, i], heap_r[h, i], heap_v[h, i] = t, r, version
 
 
 @njit(cache=True)
-def _heap_pop(heaps, h):
+def _heap_pop(heap_t, heap_r, heap_v, heap_n, h):
     """Remove the first entry of heap h."""
-    key_t, key_r, vers, size = heaps
-    size[h] -= 1
-    n = size[h]
-    t, r, version = key_t[h, n], key_r[h, n], vers[h, n]
+    heap_n[h] -= 1
+    n = heap_n[h]
+    t, r, version = heap_t[h, n], heap_r[h, n], heap_v[h, n]
     i = 0
     while 2 * i + 1 < n:
         c = 2 * i + 1
-        if c + 1 < n and _precedes(key_t[h, c + 1], key_r[h, c + 1], key_t[h, c], key_r[h, c]):
+        if c + 1 < n and _precedes(heap_t[h, c + 1], heap_r[h, c + 1], heap_t[h, c], heap_r[h, c]):
             c += 1
-        if not _precedes(key_t[h, c], key_r[h, c], t, r):
+        if not _precedes(heap_t[h, c], heap_r[h, c], t, r):
             break
-        key_t[h, i], key_r[h, i], vers[h, i] = key_t[h, c], key_r[h, c], vers[h, c]
+        heap_t[h, i], heap_r[h, i], heap_v[h, i] = heap_t[h, c], heap_r[h, c], heap_v[h, c]
         i = c
-    key_t[h, i], key_r[h, i], vers[h, i] = t, r, version
+    heap_t[h, i], heap_r[h, i], heap_v[h, i] = t, r, version
+
+
+@njit(cache=True)
+def _grown(heap_t, heap_r, heap_v):
+    """The heaps' arrays at twice the capacity."""
+    rows, capacity = heap_t.shape
+    grown_t = np.empty((rows, 2 * capacity))
+    grown_r = np.empty((rows, 2 * capacity), np.int64)
+    grown_v = np.empty((rows, 2 * capacity), np.int64)
+    grown_t[:, :capacity] = heap_t
+    grown_r[:, :capacity] = heap_r
+    grown_v[:, :capacity] = heap_v
+    return grown_t, grown_r, grown_v
 
 
 @njit(cache=True, inline="always")
@@ -189,42 +203,43 @@ def _allowed(v, d, n_dev, device, infeasible):
 
 
 @njit(cache=True)
-def _first(heaps, d, free_at, op_of_rank, version, scheduled, device, infeasible):
+def _first(heap_t, heap_r, heap_v, heap_n, d, free_at, op_of_rank, version, scheduled, device, infeasible):
     """The pair that starts first on device d: (heap, op, start), or (-1, -1, inf); drops the
     entries it passes that no longer count (op scheduled, pair refused, or estimate superseded)."""
-    key_t, key_r, vers, size = heaps
-    n_dev = size.shape[0] // 2
+    n_dev = heap_n.shape[0] // 2
     for kind in (RIPE, WAITING):
         h = 2 * d + kind
-        while size[h] > 0:
-            v = op_of_rank[key_r[h, 0]]
-            if scheduled[v] or vers[h, 0] != version[v * n_dev + d] or not _allowed(v, d, n_dev, device, infeasible):
-                _heap_pop(heaps, h)
+        while heap_n[h] > 0:
+            v = op_of_rank[heap_r[h, 0]]
+            if scheduled[v] or heap_v[h, 0] != version[v * n_dev + d] or not _allowed(v, d, n_dev, device, infeasible):
+                _heap_pop(heap_t, heap_r, heap_v, heap_n, h)
                 continue
-            return h, v, free_at if kind == RIPE else key_t[h, 0]
+            return h, v, free_at if kind == RIPE else heap_t[h, 0]
     return -1, -1, np.inf
 
 
 @njit(cache=True)
-def _enter(heaps, v, d, free_at, rank, inputs_at, version):
-    """(Re)file pair (v, d) under its current estimate; an earlier entry of the pair lapses."""
-    p = v * (heaps[3].shape[0] // 2) + d
+def _enter(heap_t, heap_r, heap_v, heap_n, v, d, free_at, rank, inputs_at, version):
+    """(Re)file pair (v, d) under its current estimate; an earlier entry of the pair lapses. The
+    caller made room for one entry in both of d's heaps."""
+    p = v * (heap_n.shape[0] // 2) + d
     version[p] += 1
     if inputs_at[p] <= free_at:
-        return _heap_push(heaps, 2 * d + RIPE, 0.0, rank[v], version[p])
-    return _heap_push(heaps, 2 * d + WAITING, inputs_at[p], rank[v], version[p])
+        _heap_push(heap_t, heap_r, heap_v, heap_n, 2 * d + RIPE, 0.0, rank[v], version[p])
+    else:
+        _heap_push(heap_t, heap_r, heap_v, heap_n, 2 * d + WAITING, inputs_at[p], rank[v], version[p])
 
 
 @njit(cache=True)
-def _ripen(heaps, d, free_at):
+def _ripen(heap_t, heap_r, heap_v, heap_n, d, free_at):
     """Device d is next free at ``free_at``: the waiting pairs whose inputs are there by then move
-    to the ripe heap, where they all start at ``free_at`` and only their rank orders them."""
+    to the ripe heap, where they all start at ``free_at`` and only their rank orders them. The
+    caller made room in the ripe heap for all of the waiting one."""
     h = 2 * d + WAITING
-    while heaps[3][h] > 0 and heaps[0][h, 0] <= free_at:     # re-read: a push may grow the arrays
-        r, version = heaps[1][h, 0], heaps[2][h, 0]
-        _heap_pop(heaps, h)
-        heaps = _heap_push(heaps, 2 * d + RIPE, 0.0, r, version)
-    return heaps
+    while heap_n[h] > 0 and heap_t[h, 0] <= free_at:
+        r, version = heap_r[h, 0], heap_v[h, 0]
+        _heap_pop(heap_t, heap_r, heap_v, heap_n, h)
+        _heap_push(heap_t, heap_r, heap_v, heap_n, 2 * d + RIPE, 0.0, r, version)
 
 
 @njit(cache=True)
@@ -278,9 +293,10 @@ def schedule(
     # channels only get busier; the winning pair is recomputed exactly before it is committed
     inputs_at = np.zeros(n * n_dev)
     version = np.zeros(n * n_dev, np.int64)
-    capacity0 = 64
-    heaps = (np.empty((2 * n_dev, capacity0)), np.empty((2 * n_dev, capacity0), np.int64),
-             np.empty((2 * n_dev, capacity0), np.int64), np.zeros(2 * n_dev, np.int64))
+    heap_t = np.empty((2 * n_dev, 64))
+    heap_r = np.empty((2 * n_dev, 64), np.int64)
+    heap_v = np.empty((2 * n_dev, 64), np.int64)
+    heap_n = np.zeros(2 * n_dev, np.int64)
     held_h = np.empty(n, np.int64)
     held_t = np.empty(n)
     held_r = np.empty(n, np.int64)
@@ -296,14 +312,17 @@ def schedule(
             n_ready += 1
             for o in range(n_dev):
                 if _allowed(v, o, n_dev, device, infeasible):
-                    heaps = _enter(heaps, v, o, device_free[o], rank, inputs_at, version)
+                    if max(heap_n[2 * o], heap_n[2 * o + 1]) == heap_t.shape[1]:
+                        heap_t, heap_r, heap_v = _grown(heap_t, heap_r, heap_v)
+                    _enter(heap_t, heap_r, heap_v, heap_n, v, o, device_free[o], rank, inputs_at, version)
     step = 0
     while step < n:
         best_t, best_r, best_d, best_v = np.inf, n, n_dev, -1
         for d in range(n_dev):      # B: the best pair on a device open to its op
             k = kept_for[d] if use_favorites else -1
             if k < 0:
-                _, v, t = _first(heaps, d, device_free[d], op_of_rank, version, scheduled, device, infeasible)
+                _, v, t = _first(heap_t, heap_r, heap_v, heap_n, d, device_free[d], op_of_rank, version,
+                                 scheduled, device, infeasible)
             elif waiting[k] == 0 and not scheduled[k] and _allowed(k, d, n_dev, device, infeasible):
                 v, t = k, max(device_free[d], inputs_at[k * n_dev + d])
             else:
@@ -316,19 +335,20 @@ def schedule(
                 continue
             n_held = 0
             while True:
-                h, v, t = _first(heaps, d, device_free[d], op_of_rank, version, scheduled, device, infeasible)
+                h, v, t = _first(heap_t, heap_r, heap_v, heap_n, d, device_free[d], op_of_rank, version,
+                                 scheduled, device, infeasible)
                 if v < 0 or v == k or not (_precedes(t, rank[v], best_t, best_r) or (
                         t == best_t and rank[v] == best_r and d < best_d)):
                     break
                 if t < _open_start(v, kept_for, device_free, inputs_at, device, infeasible):
                     best_t, best_r, best_d, best_v = t, rank[v], d, v
                     break
-                held_h[n_held], held_t[n_held] = h, heaps[0][h, 0]
-                held_r[n_held], held_version[n_held] = heaps[1][h, 0], heaps[2][h, 0]
+                held_h[n_held], held_t[n_held], held_r[n_held] = h, heap_t[h, 0], heap_r[h, 0]
+                held_version[n_held] = heap_v[h, 0]
                 n_held += 1
-                _heap_pop(heaps, h)
+                _heap_pop(heap_t, heap_r, heap_v, heap_n, h)
             for i in range(n_held):
-                heaps = _heap_push(heaps, held_h[i], held_t[i], held_r[i], held_version[i])
+                _heap_push(heap_t, heap_r, heap_v, heap_n, held_h[i], held_t[i], held_r[i], held_version[i])
         if best_v < 0:
             return 1, start, finish, order, ready_ops[0] if n_ready > 0 else -1
         v, d = best_v, best_d
@@ -336,7 +356,9 @@ def schedule(
                               edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
         if exact > inputs_at[v * n_dev + d]:
             inputs_at[v * n_dev + d] = exact     # channels got busier since: look again
-            heaps = _enter(heaps, v, d, device_free[d], rank, inputs_at, version)
+            if max(heap_n[2 * d], heap_n[2 * d + 1]) == heap_t.shape[1]:
+                heap_t, heap_r, heap_v = _grown(heap_t, heap_r, heap_v)
+            _enter(heap_t, heap_r, heap_v, heap_n, v, d, device_free[d], rank, inputs_at, version)
             continue
         best_t = max(device_free[d], exact)
         if device[v] < 0:
@@ -381,8 +403,12 @@ def schedule(
                         inputs_at[w * n_dev + o] = _inputs_ready(
                             w, o, False, device, finish, arrival, pred_ptr, pred_edge, edge_src,
                             edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
-                        heaps = _enter(heaps, w, o, device_free[o], rank, inputs_at, version)
-        heaps = _ripen(heaps, d, device_free[d])
+                        if max(heap_n[2 * o], heap_n[2 * o + 1]) == heap_t.shape[1]:
+                            heap_t, heap_r, heap_v = _grown(heap_t, heap_r, heap_v)
+                        _enter(heap_t, heap_r, heap_v, heap_n, w, o, device_free[o], rank, inputs_at, version)
+        while heap_n[2 * d] + heap_n[2 * d + 1] > heap_t.shape[1]:
+            heap_t, heap_r, heap_v = _grown(heap_t, heap_r, heap_v)
+        _ripen(heap_t, heap_r, heap_v, heap_n, d, device_free[d])
     return 0, start, finish, order, -1
 
 
