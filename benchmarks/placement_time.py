@@ -10,11 +10,14 @@ added with ``--graph PATH``; they are placed on the same cluster unless they car
     .venv/bin/python benchmarks/placement_time.py [--sizes 1000 5000 20000] [--graph FILE ...]
         [--transform coplacement fusion] [--out FILE]
 
-Issue 15's m-SCT timing (``--msct``): m-SCT end to end on the random DAGs and the captured GNMT, in
-this tree and, in the same run, in a checkout of the code before the change (``--before DIR``), plus
-the favorite-child LP alone with its windows; writes ``benchmarks/results/placement_time_msct.json``:
+Issue 15's m-SCT timing (``--msct``): m-SCT, m-ETF and m-TOPO end to end on the random DAGs and the
+captured GNMT, in this tree and, graph by graph in turn, in a checkout of the code before the change
+(``--before DIR``), with a digest of each placement (equal digests: the same placement), m-SCT's LP
+and list schedule alone, and the LP alone by window size; writes
+``benchmarks/results/placement_time_msct.json``, whose table ``--msct-table`` prints:
 
     .venv/bin/python benchmarks/placement_time.py --msct --before /tmp/before [--repeats 3]
+    .venv/bin/python benchmarks/placement_time.py --msct-table
 
 Issue 4's GNMT table (``--gnmt``): the 4-layer GNMT of length 40 and 50 captured with roofline costs
 for baechi-4x2080 (captured once into ``benchmarks/.cache/``, or given with ``--graph``), each
@@ -28,6 +31,7 @@ placer unfused and with co-placement + fusion, with ample memory and at 30% of i
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -253,23 +257,61 @@ def gnmt_markdown(path: Path, before: Path | None = None) -> str:
 MSCT_RESULTS = Path(__file__).parent / "results" / "placement_time_msct.json"
 
 
-def msct_rows(sizes: list[int], gnmt: list[str], repeats: int) -> list[dict]:
-    """m-SCT end to end (``devplace.place``, ample memory) on random layered DAGs and captured GNMT:
-    median wall and CPU seconds of ``repeats`` runs after a warm-up, the LP's status and the step."""
+MSCT_ALGOS = ("m-sct", "m-etf", "m-topo")
+
+
+def msct_graphs(names: list[str]) -> dict[str, OpGraph]:
+    """``random-layered-N`` (the random layered DAG of N ops) or a GNMT_TARGETS name, by name."""
+    return {name: random_layered_dag(int(name.rsplit("-", 1)[1])) if name.startswith("random-layered-")
+            else captured_gnmt(name) for name in names}
+
+
+def placement_digest(placement) -> str:
+    """A short hash of a placement's devices and order: equal digests, equal placements."""
+    data = np.ascontiguousarray(placement.devices, dtype=np.int64).tobytes()
+    data += np.ascontiguousarray(placement.priority, dtype=np.float64).tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def msct_parts(graph: OpGraph, cluster, repeats: int) -> dict:
+    """m-SCT's two stages alone (median CPU s): the favorite-child LP and the list schedule."""
+    from devplace.placers._listsched import op_times_us, run_list_schedule
+    from devplace.placers._lp import round_favorites, solve_favorite_lp
+    from devplace.placers.m_sct import lp_edge_us
+
+    p, cost = op_times_us(graph, cluster).mean(axis=1), lp_edge_us(graph, cluster)
+    lp = [_timed(lambda: solve_favorite_lp(graph, p, cost)) for _ in range(repeats)]
+    favorite = round_favorites(graph.edge_src, graph.edge_dst, lp[-1][0][0], graph.n_ops)
+    listed = [_timed(lambda: run_list_schedule(graph, cluster, algo="m-sct", favorite=favorite))
+              for _ in range(repeats)]
+    return {"lp_cpu_s": round(statistics.median(c for *_, c in lp), 4),
+            "list_schedule_cpu_s": round(statistics.median(c for *_, c in listed), 4)}
+
+
+def msct_rows(names: list[str], repeats: int) -> list[dict]:
+    """m-SCT, m-ETF and m-TOPO end to end (``devplace.place``, ample memory) on the named graphs:
+    median wall and CPU seconds of ``repeats`` runs after a warm-up, the load beside them, the
+    placement's digest and step; for m-SCT also its LP's status and its two stages alone."""
     cluster = load_cluster("baechi-4x2080").with_memory_fraction(1000.0)
-    dp.place(random_layered_dag(50, seed=1), cluster, algo="m-sct")      # compile outside the timings
-    graphs = {f"random-layered-{n}": random_layered_dag(n) for n in sizes}
-    graphs |= {name: captured_gnmt(name) for name in gnmt}
+    for algo in MSCT_ALGOS:
+        dp.place(random_layered_dag(50, seed=1), cluster, algo=algo)      # compile outside the timings
     rows = []
-    for name, graph in graphs.items():
-        runs = [_timed(lambda: dp.place(graph, cluster, algo="m-sct")) for _ in range(repeats + 1)][1:]
-        placement = runs[-1][0]
-        rows.append({"graph": name, "ops": graph.n_ops, "edges": graph.n_edges,
-                     **_median([(wall, cpu) for _, wall, cpu in runs]),
-                     "lp_status": placement.options["lp_status"],
-                     "favorite_children": placement.options["favorite_children"],
-                     "step_ms": round(dp.simulate(graph, cluster, placement).step_time_us / 1e3, 3)})
-        print(json.dumps(rows[-1]), flush=True)
+    for name, graph in msct_graphs(names).items():
+        for algo in MSCT_ALGOS:
+            load = os.getloadavg()[0]
+            runs = [_timed(lambda: dp.place(graph, cluster, algo=algo)) for _ in range(repeats + 1)][1:]
+            placement = runs[-1][0]
+            row = {"graph": name, "algo": algo, "ops": graph.n_ops, "edges": graph.n_edges,
+                   **_median([(wall, cpu) for _, wall, cpu in runs]),
+                   "load_1min_before": round(load, 2), "load_1min_after": round(os.getloadavg()[0], 2),
+                   "placement_sha256": placement_digest(placement),
+                   "step_ms": round(dp.simulate(graph, cluster, placement).step_time_us / 1e3, 3)}
+            if algo == "m-sct":
+                row |= {"lp_status": placement.options["lp_status"],
+                        "favorite_children": placement.options["favorite_children"],
+                        **msct_parts(graph, cluster, repeats)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     return rows
 
 
@@ -293,17 +335,19 @@ def lp_rows(n_ops: int, whole_ops: int) -> list[dict]:
     return rows
 
 
-def msct_table(before: Path | None, sizes: list[int], gnmt: list[str], repeats: int, out: Path) -> None:
-    """Issue 15's m-SCT figures in this tree and, in a subprocess in the same run, in the ``before``
-    tree (a checkout of the code before the change): both measured under the same load."""
-    now = msct_rows(sizes, gnmt, repeats)
-    then = None
-    if before is not None:
-        worker = subprocess.run(
-            [sys.executable, __file__, "--msct-worker", json.dumps({"sizes": sizes, "gnmt": gnmt, "repeats": repeats})],
-            env=os.environ | {"PYTHONPATH": str(before.resolve())}, capture_output=True, text=True, check=True)
-        then = json.loads(worker.stdout.strip().splitlines()[-1])
-    lp = lp_rows(max(sizes), 5000)
+def msct_table(before: Path | None, names: list[str], repeats: int, out: Path) -> None:
+    """Issue 15's figures in this tree and, in a subprocess, in the ``before`` tree (a checkout of
+    the code before the change), graph by graph in turn so both see the same load."""
+    now, then = [], [] if before is not None else None
+    for name in names:
+        now += msct_rows([name], repeats)
+        if before is not None:
+            worker = subprocess.run(
+                [sys.executable, __file__, "--msct-worker", json.dumps({"names": [name], "repeats": repeats})],
+                env=os.environ | {"PYTHONPATH": str(before.resolve())}, capture_output=True, text=True, check=True)
+            then += json.loads(worker.stdout.strip().splitlines()[-1])
+    sizes = [int(n.rsplit("-", 1)[1]) for n in names if n.startswith("random-layered-")]
+    lp = lp_rows(max(sizes), 5000) if sizes else []
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, json.dumps({
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
@@ -312,6 +356,29 @@ def msct_table(before: Path | None, sizes: list[int], gnmt: list[str], repeats: 
         "before_tree": str(before) if before else None, "baechi_code_s": {"20000": 45.0},
         "now": now, "before": then, "lp": lp,
     }, indent=1))
+
+
+def msct_markdown(path: Path) -> str:
+    """The BENCHMARKS.md table from a ``--msct`` results file: CPU s (wall), now beside before."""
+    results = json.loads(path.read_text())
+    before = {(r["graph"], r["algo"]): r for r in results["before"] or []}
+
+    def seconds(row):
+        return f"{row['cpu_s']:.2f} ({row['wall_s']:.2f})" if row else "-"
+
+    def parts(row):
+        return f"{row['lp_cpu_s']:.2f} / {row['list_schedule_cpu_s']:.2f}" if row and "lp_cpu_s" in row else ""
+
+    lines = ["| graph | ops | placer | now: CPU s (wall) | before | m-SCT's LP / list schedule CPU s: now "
+             "| before | same placement | step ms | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in results["now"]:
+        old = before.get((row["graph"], row["algo"]))
+        same = "-" if old is None else ("yes" if old["placement_sha256"] == row["placement_sha256"] else "NO")
+        lines.append(f"| {row['graph']} | {row['ops']:,} | {row['algo']} | {seconds(row)} | {seconds(old)} "
+                     f"| {parts(row)} | {parts(old)} | {same} | {row['step_ms']:.0f} "
+                     f"| {row['load_1min_before']:.1f}-{row['load_1min_after']:.1f} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -333,13 +400,19 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None,
                         help="with --msct: a checkout of the code before the change, timed in the same run")
     parser.add_argument("--msct-worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--msct-table", nargs="?", type=Path, const=MSCT_RESULTS, default=None, metavar="RESULTS",
+                        help="print the markdown table of a --msct results file")
     args = parser.parse_args()
     if args.msct_worker is not None:     # the --before side of --msct, in the before tree
         spec = json.loads(args.msct_worker)
-        print(json.dumps(msct_rows(spec["sizes"], spec["gnmt"], spec["repeats"])))
+        print(json.dumps(msct_rows(spec["names"], spec["repeats"])))
         return
     if args.msct:
-        msct_table(args.before, args.sizes, list(GNMT_TARGETS), args.repeats, args.out or MSCT_RESULTS)
+        names = [f"random-layered-{n}" for n in args.sizes] + list(GNMT_TARGETS)
+        msct_table(args.before, names, args.repeats, args.out or MSCT_RESULTS)
+        return
+    if args.msct_table is not None:
+        print(msct_markdown(args.msct_table))
         return
     if args.table is not None:
         print(gnmt_markdown(*(args.table or [GNMT_RESULTS])))
