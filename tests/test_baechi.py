@@ -156,7 +156,7 @@ def test_presolved_lp_has_the_plain_lps_optimum(seed):
     c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1)
     p, cost = op_times_us(g, c).mean(axis=1), mean_edge_us(g, c)
     x, s, w, status = solve_favorite_lp(g, p, cost)
-    assert status == "optimal"
+    assert status == ("optimal" if g.n_edges else "no edges")   # a draw can leave no edge at all
     assert w == pytest.approx(plain_lp_makespan(g, p, cost), rel=1e-6, abs=1e-6)
     tol = 1e-6 * max(w, 1.0)      # and the full solution satisfies every row, dropped ones too
     assert np.all(s[g.edge_src] + p[g.edge_src] + cost * x <= s[g.edge_dst] + tol)
