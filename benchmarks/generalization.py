@@ -130,15 +130,17 @@ def family_cluster(family: str):
     return families.default_cluster(family)
 
 
-def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: bool = False,
-                  tuned_every: int = 1) -> list[dict]:
+def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: bool = False, tuned_every: int = 1,
+                  part: str = "all") -> list[dict]:
     """Per held-out graph: Placeto zero-shot and the baselines; fine-tuned and from scratch on every
-    ``tuned_every``-th held-out graph of each family (their budgets are what costs)."""
-    zero_shot = {"zero_shot": {}}
-    tuned = {} if zero_shot_only else {
-        "finetuned": {"finetune_samples": finetune_samples},
+    ``tuned_every``-th held-out graph of each family (their budgets are what costs). ``part`` "policy" runs
+    only what uses the shipped policy (zero-shot, fine-tuned), "baselines" the rest (so both can run at once)."""
+    policy = {"zero_shot": {}} | ({} if zero_shot_only else {"finetuned": {"finetune_samples": finetune_samples}})
+    scratch = {} if zero_shot_only else {
         "scratch_small": {"policy": "scratch", "finetune_samples": finetune_samples},
         "scratch_large": {"policy": "scratch", "finetune_samples": large_samples}}
+    baselines = () if part == "policy" else BASELINES
+    learned = {"policy": policy, "baselines": scratch}.get(part, policy | scratch)
     rows = []
     for family, (_, held) in splits().items():
         cluster = family_cluster(family)
@@ -146,10 +148,11 @@ def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: boo
             single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64))
             row = {"family": family, "graph": name, "ops": graph.n_ops, "single_us": single.step_time_us,
                    "single_fits": single.fits, "load": open("/proc/loadavg").read().split()[:3]}
-            learned = zero_shot | (tuned if k % tuned_every == 0 else {})
-            row |= {key: step_us(graph, cluster, "placeto", **options) for key, options in learned.items()}
-            row |= {algo: step_us(graph, cluster, algo) for algo in BASELINES}
-            for key in (*learned, *BASELINES):
+            chosen = {key: options for key, options in learned.items()
+                      if key == "zero_shot" or k % tuned_every == 0}
+            row |= {key: step_us(graph, cluster, "placeto", **options) for key, options in chosen.items()}
+            row |= {algo: step_us(graph, cluster, algo) for algo in baselines}
+            for key in (*chosen, *baselines):
                 if "step_us" in row[key]:
                     row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single.step_time_us, 4)
             print(json.dumps(row), flush=True)
@@ -240,13 +243,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out graphs: only zero-shot, m-SCT+opt and expert (no training)")
     parser.add_argument("--finetune-samples", type=int, default=3000)
     parser.add_argument("--large-samples", type=int, default=20000)
+    parser.add_argument("--part", choices=("all", "policy", "baselines"), default="all",
+                        help="held-out table: only the shipped policy's columns, or only the others")
     parser.add_argument("--tuned-every", type=int, default=1,
                         help="fine-tune and train from scratch on every K-th held-out graph of each family only")
     args = parser.parse_args(argv)
     global USE_ZOO_FAMILIES
     USE_ZOO_FAMILIES = args.families
     path = RESULTS / "generalization.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    results = {}          # what this run measured; merged into the file's other keys at the end
     if args.train_shipped:
         results["shipped"] = train_shipped(args.samples)
     elif args.timings_only:
@@ -257,12 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         key = "zero_shot_families" if args.families else "zero_shot_held_out"
         results[key] = held_out_rows(0, 0, zero_shot_only=True)
     else:
-        key = "held_out_families" if args.families else "held_out"
-        results[key] = held_out_rows(args.finetune_samples, args.large_samples, tuned_every=args.tuned_every)
+        key = ("held_out_families" if args.families else "held_out") + ("" if args.part == "all" else "_" + args.part)
+        results[key] = held_out_rows(args.finetune_samples, args.large_samples, tuned_every=args.tuned_every,
+                                     part=args.part)
         results[key + "_budgets"] = {"finetune_samples": args.finetune_samples, "large_samples": args.large_samples,
                                      "tuned_every": args.tuned_every}
-        results["episode_timings"] = episode_timings()
-    write_text_atomic(path, json.dumps(results, indent=1) + "\n")
+        if args.part == "all":
+            results["episode_timings"] = episode_timings()
+    earlier = json.loads(path.read_text()) if path.exists() else {}   # read last: another part may have written
+    write_text_atomic(path, json.dumps(earlier | results, indent=1) + "\n")
     return 0
 
 
