@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_papers import RESULTS, cached_graph  # noqa: E402
 
 SEED = 0                       # the shipped policy's seed
-SHIPPED_SAMPLES = 150000       # its budget of simulated placements
-SHIPPED_OPTIONS = {"learning_rate": 0.003, "final_learning_rate": 0.0003, "max_units": 256}   # docs/learning.md says why
+SHIPPED_SAMPLES = 400000       # its budget of simulated placements
+SHIPPED_OPTIONS = {"learning_rate": 0.003, "final_learning_rate": 0.0003, "max_units": 128}   # docs/learning.md says why
+TRAIN_EVERY = 2                # the shipped policy trains on every other member of each training split
 CLUSTER = "baechi-4x2080"
 SHIPPED = Path(__file__).resolve().parent.parent / "devplace" / "data" / "placeto-4dev.pt"
 ZOO_FAMILIES = {
@@ -74,21 +75,39 @@ def splits() -> dict[str, tuple[list, list]]:
     return out
 
 
-def train_shipped() -> dict:
+def train_shipped(samples: int) -> dict:
+    """The shipped policy: the families' training splits (``devplace.zoo.families``), each on its family's
+    default cluster (memory binds there, so one device is not an answer), every ``TRAIN_EVERY``-th member."""
     from devplace.learn.placeto import PlacetoOptions, train_policy
     from devplace.progress import LineReporter, reporting
+    from devplace.zoo import families
 
-    training = [(name, g) for train, _ in splits().values() for name, g in train]
+    training = [(member, families.load(member), families.default_cluster(name)) for name in families.family_names()
+                for member in families.split(name)[0][::TRAIN_EVERY]]
+    skipped = [m.target for m, g, c in training if not fits_somehow(g, c)]
+    training = [(m, g, c) for m, g, c in training if m.target not in skipped]
     began = time.perf_counter()
     with reporting(LineReporter()):
-        figures = train_policy([g for _, g in training], load_cluster(CLUSTER), SHIPPED, samples=SHIPPED_SAMPLES,
-                               seed=SEED, options=PlacetoOptions(**SHIPPED_OPTIONS),
-                               meta={"trained_on": [n for n, _ in training], "made_by": "benchmarks/generalization.py "
-                                     "--train-shipped"})
+        figures = train_policy([g for _, g, _ in training], [c for _, _, c in training], SHIPPED,
+                               samples=samples, seed=SEED,
+                               options=PlacetoOptions(**SHIPPED_OPTIONS, log=str(RESULTS / "placeto-shipped-training.csv")),
+                               meta={"trained_on": [m.target for m, _, _ in training],
+                                     "made_by": f"benchmarks/generalization.py --train-shipped --samples {samples}"})
     figures |= {"wall_s": round(time.perf_counter() - began, 1), "seed": SEED, "options": SHIPPED_OPTIONS,
-                "size_bytes": SHIPPED.stat().st_size, "load": open("/proc/loadavg").read().split()[:3]}
+                "skipped_cannot_fit": skipped, "size_bytes": SHIPPED.stat().st_size, "load": open("/proc/loadavg").read().split()[:3]}
     print(json.dumps(figures))
     return figures
+
+
+def fits_somehow(graph, cluster) -> bool:
+    """Whether the step's memory need is within the cluster's (some family members on their default cluster are not)."""
+    from devplace.placers._memory import check_can_fit
+
+    try:
+        check_can_fit(graph, cluster, "placeto")
+    except DevplaceError:
+        return False
+    return True
 
 
 def step_us(graph, cluster, algo: str, **options) -> dict:
@@ -98,26 +117,44 @@ def step_us(graph, cluster, algo: str, **options) -> dict:
     except DevplaceError as exc:
         return {"error": str(exc)[:120]}
     return {"step_us": dp.simulate(graph, cluster, placed).step_time_us, "seconds": round(time.perf_counter() - began, 2),
-            **{k: placed.options[k] for k in ("episode_s", "units", "samples_simulated") if k in placed.options}}
+            **{k: placed.options[k] for k in ("episode_s", "units", "samples_simulated", "start", "returned")
+               if k in placed.options}}
 
 
-def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: bool = False) -> list[dict]:
-    cluster = load_cluster(CLUSTER)
-    learned = {"zero_shot": {}} if zero_shot_only else {
-        "zero_shot": {}, "finetuned": {"finetune_samples": finetune_samples},
+def family_cluster(family: str):
+    """The cluster a family is placed on: its default (memory binds) with --families, else CLUSTER."""
+    if not USE_ZOO_FAMILIES:
+        return load_cluster(CLUSTER)
+    from devplace.zoo import families
+
+    return families.default_cluster(family)
+
+
+def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: bool = False, tuned_every: int = 1,
+                  part: str = "all") -> list[dict]:
+    """Per held-out graph: Placeto zero-shot and the baselines; fine-tuned and from scratch on every
+    ``tuned_every``-th held-out graph of each family (their budgets are what costs). ``part`` "policy" runs
+    only what uses the shipped policy (zero-shot, fine-tuned), "baselines" the rest (so both can run at once)."""
+    policy = {"zero_shot": {}} | ({} if zero_shot_only else {"finetuned": {"finetune_samples": finetune_samples}})
+    scratch = {} if zero_shot_only else {
         "scratch_small": {"policy": "scratch", "finetune_samples": finetune_samples},
         "scratch_large": {"policy": "scratch", "finetune_samples": large_samples}}
-    baselines = ("m-sct+opt", "expert") if zero_shot_only else BASELINES
+    baselines = () if part == "policy" else BASELINES
+    learned = {"policy": policy, "baselines": scratch}.get(part, policy | scratch)
     rows = []
     for family, (_, held) in splits().items():
-        for name, graph in held:
-            single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
-            row = {"family": family, "graph": name, "ops": graph.n_ops, "single_us": single}
-            row |= {key: step_us(graph, cluster, "placeto", **options) for key, options in learned.items()}
+        cluster = family_cluster(family)
+        for k, (name, graph) in enumerate(held):
+            single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64))
+            row = {"family": family, "graph": name, "ops": graph.n_ops, "single_us": single.step_time_us,
+                   "single_fits": single.fits, "load": open("/proc/loadavg").read().split()[:3]}
+            chosen = {key: options for key, options in learned.items()
+                      if key == "zero_shot" or k % tuned_every == 0}
+            row |= {key: step_us(graph, cluster, "placeto", **options) for key, options in chosen.items()}
             row |= {algo: step_us(graph, cluster, algo) for algo in baselines}
-            for key in (*learned, *baselines):
+            for key in (*chosen, *baselines):
                 if "step_us" in row[key]:
-                    row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single, 4)
+                    row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single.step_time_us, 4)
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
@@ -129,15 +166,17 @@ def cross_family(samples: int) -> list[dict]:
 
     from devplace.learn.placeto import PlacetoOptions, train_policy
 
-    cluster = load_cluster(CLUSTER)
     every = splits()
     rows = []
     for family, (_, held) in every.items():
-        training = [g for other, (train, _) in every.items() if other != family for _, g in train]
+        cluster = family_cluster(family)
+        training = [(g, family_cluster(other)) for other, (train, _) in every.items() if other != family
+                    for _, g in train[::TRAIN_EVERY]]
+        training = [(g, c) for g, c in training if fits_somehow(g, c)]
         with tempfile.TemporaryDirectory() as folder:
             policy = Path(folder) / "cross.pt"
-            figures = train_policy(training, cluster, policy, samples=samples, seed=SEED,
-                                   options=PlacetoOptions(**SHIPPED_OPTIONS))
+            figures = train_policy([g for g, _ in training], [c for _, c in training], policy, samples=samples,
+                                   seed=SEED, options=PlacetoOptions(**SHIPPED_OPTIONS))
             for name, graph in held:
                 single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
                 row = {"placed_family": family, "trained_on": [f for f in every if f != family], "graph": name,
@@ -156,7 +195,7 @@ def episode_timings() -> list[dict]:
     import torch
 
     from devplace.learn import placeto_policy as pp
-    from devplace.learn.placeto import PlacetoOptions, unit_graph
+    from devplace.learn.placeto import PlacetoOptions, start_placement, unit_graph
 
     cluster = load_cluster(CLUSTER)
     graph = cached_graph(TIMING_GRAPH)
@@ -170,7 +209,8 @@ def episode_timings() -> list[dict]:
         prepare_s = time.perf_counter() - began
         refresh = pp.refresh_steps(ug.n_units, options)
         began = time.perf_counter()
-        placing = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0), sample=False)
+        start = start_placement(ug, options, SEED)
+        placing = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0), start, sample=False)
         placing_s = time.perf_counter() - began
         began = time.perf_counter()
         ug.env.evaluate(np.zeros((1, ug.n_units), dtype=np.int64))
@@ -181,7 +221,7 @@ def episode_timings() -> list[dict]:
                "load": open("/proc/loadavg").read().split()[:3]}
         if ug.n_units <= TRAINING_TIMED_UNITS:
             began = time.perf_counter()
-            training = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0))
+            training = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0), start)
             log_p, entropy = pp.log_probs(net, ug, training)
             (log_p.sum() + entropy.sum()).backward()
             row |= {"training_episode_s": round(time.perf_counter() - began, 3),
@@ -194,6 +234,7 @@ def episode_timings() -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-shipped", action="store_true", help="train the shipped policy (seed %d)" % SEED)
+    parser.add_argument("--samples", type=int, default=SHIPPED_SAMPLES, help="the shipped policy's budget")
     parser.add_argument("--timings-only", action="store_true")
     parser.add_argument("--cross-only", action="store_true", help="only train on all but one family, place it")
     parser.add_argument("--cross-samples", type=int, default=50000)
@@ -202,13 +243,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out graphs: only zero-shot, m-SCT+opt and expert (no training)")
     parser.add_argument("--finetune-samples", type=int, default=3000)
     parser.add_argument("--large-samples", type=int, default=20000)
+    parser.add_argument("--part", choices=("all", "policy", "baselines"), default="all",
+                        help="held-out table: only the shipped policy's columns, or only the others")
+    parser.add_argument("--tuned-every", type=int, default=1,
+                        help="fine-tune and train from scratch on every K-th held-out graph of each family only")
     args = parser.parse_args(argv)
     global USE_ZOO_FAMILIES
     USE_ZOO_FAMILIES = args.families
     path = RESULTS / "generalization.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    results = {}          # what this run measured; merged into the file's other keys at the end
     if args.train_shipped:
-        results["shipped"] = train_shipped()
+        results["shipped"] = train_shipped(args.samples)
     elif args.timings_only:
         results["episode_timings"] = episode_timings()
     elif args.cross_only:
@@ -217,10 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         key = "zero_shot_families" if args.families else "zero_shot_held_out"
         results[key] = held_out_rows(0, 0, zero_shot_only=True)
     else:
-        results["held_out"] = held_out_rows(args.finetune_samples, args.large_samples)
-        results["budgets"] = {"finetune_samples": args.finetune_samples, "large_samples": args.large_samples}
-        results["episode_timings"] = episode_timings()
-    write_text_atomic(path, json.dumps(results, indent=1) + "\n")
+        key = ("held_out_families" if args.families else "held_out") + ("" if args.part == "all" else "_" + args.part)
+        results[key] = held_out_rows(args.finetune_samples, args.large_samples, tuned_every=args.tuned_every,
+                                     part=args.part)
+        results[key + "_budgets"] = {"finetune_samples": args.finetune_samples, "large_samples": args.large_samples,
+                                     "tuned_every": args.tuned_every}
+        if args.part == "all":
+            results["episode_timings"] = episode_timings()
+    earlier = json.loads(path.read_text()) if path.exists() else {}   # read last: another part may have written
+    write_text_atomic(path, json.dumps(earlier | results, indent=1) + "\n")
     return 0
 
 

@@ -42,7 +42,8 @@ def step_us(graph, cluster, **options) -> float:
 @pytest.fixture(scope="module")
 def family_policy(tmp_path_factory):
     path = tmp_path_factory.mktemp("placeto") / "ladder.pt"
-    fast = PlacetoOptions(learning_rate=0.01, final_learning_rate=0.001)   # a test-sized budget
+    # a test-sized budget, from the paper's random start (the default start, expert, is already one device here)
+    fast = PlacetoOptions(learning_rate=0.01, final_learning_rate=0.001, start="random")
     figures = train_policy([ladder(seed) for seed in range(6)], CLUSTER, path, samples=800, seed=0, options=fast)
     return path, figures
 
@@ -52,7 +53,7 @@ def test_a_policy_trained_on_a_family_places_an_unseen_member_as_well_as_the_kno
     assert figures["samples_simulated"] >= 800 and figures["graphs"] == 6
     for seed in (100, 101, 102):      # members it has never seen
         graph = ladder(seed)
-        assert step_us(graph, CLUSTER, policy=str(path)) <= 1.001 * one_device_us(graph)
+        assert step_us(graph, CLUSTER, policy=str(path), start="random") <= 1.001 * one_device_us(graph)
         # not a placement found by chance: the random start the episode leaves from is much slower
         start = dp.place(graph, CLUSTER, algo="random", seed=0)
         assert dp.simulate(graph, CLUSTER, start).step_time_us > 1.2 * one_device_us(graph)
@@ -158,3 +159,33 @@ def test_reach_bits_is_the_transitive_closure(acyclic):
     for _ in range(n):
         closure |= (closure.astype(int) @ closure.astype(int)) > 0
     assert (np.unpackbits(reach_bits(n, src, dst), axis=1, count=n).astype(bool) == closure).all()
+
+
+def test_an_episode_from_a_placement_never_returns_worse_than_its_start():
+    """Start from round-robin (every edge crosses, so slow): whatever an untrained policy does, the placement
+    returned is at least as fast as round-robin's own, and a sampled training episode's best state is at
+    least as good as the state it started from."""
+    from devplace.learn import placeto_policy as pp
+    from devplace.learn.placeto import start_placement
+    from devplace.learn.train import one_thread
+
+    options = PlacetoOptions(start="round-robin")
+    for seed in range(4):
+        graph = ladder(seed)
+        start_us = dp.simulate(graph, CLUSTER, dp.place(graph, CLUSTER, algo="round-robin", seed=seed)).step_time_us
+        placed = dp.place(graph, CLUSTER, algo="placeto", policy="scratch", start="round-robin", seed=seed)
+        assert placed.options["start"] == "round-robin" and placed.options["start_step_us"] == pytest.approx(start_us)
+        assert dp.simulate(graph, CLUSTER, placed).step_time_us <= start_us
+        ug = unit_graph(graph, CLUSTER)
+        start = start_placement(ug, options, seed)
+        assert start.unit_devices.tolist() == [i % 2 for i in range(ug.n_units)]
+        with one_thread():
+            episode = pp.run_episode(pp.PlacetoNet(2), ug, 1, options, torch.Generator().manual_seed(seed), start)
+        assert episode.best_cost_s <= episode.costs_s[0]
+
+
+def test_the_papers_random_start_is_an_option_and_a_bad_start_is_refused():
+    placed = dp.place(ladder(0), CLUSTER, algo="placeto", policy="scratch", start="random")
+    assert placed.options["start"] == "random" and placed.options["returned"] == "episode"
+    with pytest.raises(DevplaceError, match="option start"):
+        dp.place(ladder(0), CLUSTER, algo="placeto", policy="scratch", start="placeto,expert")

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from devplace.errors import DevplaceError
+from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.learn.env import GIB, PlacementEnv
 from devplace.learn.features import capped_units, cross_unit_edges
 from devplace.placers import register
@@ -44,6 +44,7 @@ from devplace.transforms import colocation_units, coplacement_groups, fuse
 
 NAME = "placeto"
 SCRATCH = "scratch"
+RANDOM = "random"
 
 
 # ----------------------------------------------------------------------------------------- options
@@ -53,15 +54,23 @@ class PlacetoOptions:
     gradient norm clipped to 1.25, discount 1, a baseline per step index averaged over past episodes,
     memory penalty 2 x (GiB over) added to the run time and capped, the per-step drop in (log) run time
     as the reward. The paper gives the node features and the pooling over ancestors, descendants and
-    parallel nodes. Our choices, not the authors': entropy weight 0.01 decaying to 0.001 (the authors' 1.0
+    parallel nodes. Our choices, not the authors': episodes start from an algorithmic placement
+    (``start``: the fastest that fits of the listed placers, each unit on the device most of its ops
+    have) rather than the paper's random one, so each step's reward is its improvement over a good
+    placement, and a placing episode returns the better of its start and its best state (on the
+    original graph); ``start="random"`` is the paper's configuration; entropy weight 0.01 decaying to 0.001 (the authors' 1.0
     goes with their reward in seconds; ours is a log ratio), 3 message-passing rounds each way (the code
     has 8; fewer keeps an episode cheap, not compared here), embeddings refreshed every ``refresh_every``
-    steps rather than every step, and a random start placement drawn from the seed."""
+    steps rather than every step."""
 
     policy: str = option("", "policy file (from `devplace train placeto`); empty: the shipped one for the "
                              "cluster's device count; 'scratch': a new, untrained policy")
     finetune_samples: int = option(0, "simulated placements to fine-tune the policy on this graph first "
                                       "(0: zero-shot, one greedy episode)")
+    start: str = option("expert,m-etf+opt,accelerate-auto",
+                        "placers (comma-separated) whose fastest placement that fits is where every episode "
+                        "starts (ours); 'random': a random start drawn from the seed (the paper's); random too "
+                        "when none fits")
     max_units: int = option(1000, "most placement units (forward ops fused with their backward ops; "
                                   "consecutive ones merge beyond it)")
     refresh_every: int = option(0, "steps between recomputing the embedding and start times (0: so that an "
@@ -96,6 +105,7 @@ class UnitGraph:
     neighbour_unit: np.ndarray
     neighbour_bytes: np.ndarray
     compute_us: np.ndarray     # per unit, its ops' time averaged over the devices
+    need_bytes: np.ndarray     # per unit, its ops' persistent, output and temporary bytes
     static: np.ndarray         # (units, N_STATIC) the features that never change
     ancestors: np.ndarray      # (units, ceil(units / 8)) packed bits: unit j reaches unit i
     descendants: np.ndarray    # packed bits: unit i reaches unit j
@@ -131,8 +141,51 @@ def unit_graph(graph, cluster, max_units: int = 1000) -> UnitGraph:
                      edge_src=edge_src, edge_dst=edge_dst, edge_bytes=edge_bytes,
                      neighbour_ptr=np.searchsorted(ends[order], np.arange(n + 1)),
                      neighbour_unit=np.concatenate([edge_dst, edge_src])[order],
-                     neighbour_bytes=np.concatenate([edge_bytes, edge_bytes])[order], compute_us=compute, static=static,
+                     neighbour_bytes=np.concatenate([edge_bytes, edge_bytes])[order], compute_us=compute,
+                     need_bytes=need, static=static,
                      ancestors=reach_bits(n, edge_dst, edge_src), descendants=reach_bits(n, edge_src, edge_dst))
+
+
+# ------------------------------------------------------------------------------------------- start
+@dataclass(frozen=True)
+class Start:
+    """Where an episode starts: a device per unit (None: random), and the placer's own per-op placement
+    with its simulated step time on the original graph (what a placing episode must beat)."""
+
+    algo: str
+    unit_devices: np.ndarray | None = None
+    op_devices: np.ndarray | None = None
+    step_us: float = float("inf")
+
+
+def start_placement(ug: UnitGraph, options: PlacetoOptions, seed: int) -> Start:
+    """The fastest placement that fits among ``options.start``'s placers (a placer that cannot fit is
+    skipped), as units on the device most of their ops have; random when none fits or ``start`` says so."""
+    import devplace as dp
+
+    names = [name.strip() for name in options.start.split(",") if name.strip()]
+    if not names or names == [RANDOM]:
+        return Start(RANDOM)
+    if NAME in names or RANDOM in names:
+        raise DevplaceError(f"{NAME}: option start is {options.start!r}: give placers other than {NAME} "
+                            f"(e.g. expert,m-etf+opt), or 'random' alone")
+    best = Start(RANDOM)
+    for name in names:
+        try:
+            placed = dp.place(ug.graph, ug.cluster, algo=name, seed=seed)
+        except OutOfMemoryError:
+            continue
+        result = dp.simulate(ug.graph, ug.cluster, placed)
+        if result.fits and result.step_time_us < best.step_us:
+            best = Start(name, unit_majority(ug, placed.devices), np.asarray(placed.devices), result.step_time_us)
+    return best
+
+
+def unit_majority(ug: UnitGraph, op_devices: np.ndarray) -> np.ndarray:
+    """Per unit, the device most of its ops are on (lowest on a tie)."""
+    n_dev = ug.cluster.n_devices
+    counts = np.bincount(ug.unit_of_op * n_dev + np.asarray(op_devices), minlength=ug.n_units * n_dev)
+    return counts.reshape(ug.n_units, n_dev).argmax(axis=1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------- features
@@ -272,12 +325,16 @@ def place(graph, cluster, *, seed: int = 0, options: PlacetoOptions = PlacetoOpt
 def train_policy(graphs, cluster, output, *, samples: int, seed: int = 0, options: PlacetoOptions = PlacetoOptions(),
                  hidden_size: int = 32, rounds: int = 3, meta: dict | None = None) -> dict:
     """Train a new policy on ``graphs`` (a family's training split) for ``samples`` simulated placements and
-    write it to ``output``; returns the run's figures."""
+    write it to ``output``; returns the run's figures. ``cluster`` is one cluster, or a list with one per
+    graph (a family's own machine); all must have the same device count."""
     from devplace.learn import placeto_policy
 
     if samples < 1:
         raise DevplaceError(f"{NAME}: samples is {samples}: use 1 or more")
-    for g in graphs:
-        check_can_fit(g, cluster, NAME)
-    return placeto_policy.train_new(graphs, cluster, output, samples=samples, seed=seed, options=options,
+    clusters = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster] * len(graphs)
+    if len(clusters) != len(graphs) or len({c.n_devices for c in clusters}) > 1:
+        raise DevplaceError(f"{NAME}: give one cluster, or one per graph ({len(graphs)}) with the same device count")
+    for g, c in zip(graphs, clusters):
+        check_can_fit(g, c, NAME)
+    return placeto_policy.train_new(graphs, clusters, output, samples=samples, seed=seed, options=options,
                                     hidden_size=hidden_size, rounds=rounds, meta=meta or {})

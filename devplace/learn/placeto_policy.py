@@ -9,11 +9,13 @@ inputs of the moment (its device, where its neighbours' bytes are, each device's
 compute), and gives a distribution over the devices. Nothing depends on the number of units, so
 one policy places graphs of any size; the number of devices is fixed.
 
-The episode (``run_episode``): units start on random devices (drawn from the seed); they are
+The episode (``run_episode``): units start where ``placeto.start_placement`` puts them (an
+algorithmic placement, or random devices drawn from the seed: ``start``); they are
 visited once, in step order; each may move. The embedding and the start times are refreshed every
 ``refresh`` steps (every step in the paper; 16 times an episode by default here, which is what
 keeps a 1,000-unit episode cheap: see benchmarks/generalization.py), the head runs every step. Training simulates after every step for the reward;
-placing does not (only at the refreshes, for the start times, keeping the best state seen).
+placing does not (only at the refreshes, for the start times, keeping the best state seen), and
+``place`` returns the better of that state and the start placer's own placement.
 
 Training (``reinforce``): one episode per update; reward at step t is log(cost before) - log(cost
 after), cost being the simulated step time plus the capped memory penalty, so an episode's return
@@ -40,12 +42,13 @@ from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.fileio import write_bytes_atomic
 from devplace.learn.env import GIB
 from devplace.learn.log import write_log
-from devplace.learn.placeto import (NAME, SCRATCH, PlacetoOptions, UnitGraph, n_node_features, node_features,
-                                    shipped_policy_path, step_cost_s, unit_graph)
+from devplace.learn.placeto import (NAME, SCRATCH, PlacetoOptions, Start, UnitGraph, n_node_features, node_features,
+                                    shipped_policy_path, start_placement, step_cost_s, unit_graph)
 from devplace.learn.train import one_thread, seeded
 from devplace.placement import Placement
+from devplace.sim import simulate as simulate_graph
 
-FORMAT = "devplace-placeto-policy/1"
+FORMAT = "devplace-placeto-policy/2"   # 2: memory per device among the head's inputs
 MAX_REFRESHES = 16
 
 
@@ -79,8 +82,9 @@ class PlacetoNet(nn.Module):
 
 
 def n_fresh(n_devices: int) -> int:
-    """Sizes of the three pools (share of units), the current device, neighbours' bytes per device, compute per device."""
-    return 3 + 3 * n_devices
+    """Sizes of the three pools (share of units), the current device, neighbours' bytes per device, compute per
+    device, memory need per device as a share of its memory (where a move would not fit)."""
+    return 3 + 4 * n_devices
 
 
 def pools(ug: UnitGraph, current: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +100,8 @@ def pools(ug: UnitGraph, current: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return masks / np.maximum(sizes, 1.0)[:, :, None], sizes / n
 
 
-def fresh_inputs(ug: UnitGraph, devices: np.ndarray, loads_us: np.ndarray, unit: int, sizes: np.ndarray) -> np.ndarray:
+def fresh_inputs(ug: UnitGraph, devices: np.ndarray, loads_us: np.ndarray, unit: int, sizes: np.ndarray,
+                 memory_share: np.ndarray) -> np.ndarray:
     n_dev = ug.cluster.n_devices
     here = np.zeros(n_dev, dtype=np.float32)
     here[devices[unit]] = 1.0
@@ -104,7 +109,7 @@ def fresh_inputs(ug: UnitGraph, devices: np.ndarray, loads_us: np.ndarray, unit:
     near = np.bincount(devices[ug.neighbour_unit[lo:hi]], weights=ug.neighbour_bytes[lo:hi], minlength=n_dev)
     near = near / max(float(near.sum()), 1.0)
     load = loads_us / max(float(loads_us.sum()), 1e-9)
-    return np.concatenate([sizes, here, near, load]).astype(np.float32)
+    return np.concatenate([sizes, here, near, load, np.minimum(memory_share, 2.0)]).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------- episode
@@ -154,12 +159,15 @@ def initial_devices(n_units: int, n_devices: int, generator: torch.Generator) ->
 
 
 def run_episode(net: PlacetoNet, ug: UnitGraph, refresh: int, options: PlacetoOptions, generator: torch.Generator,
-                *, sample: bool = True) -> Episode:
-    """One pass over the units from a random start: with ``sample`` each move is drawn (and simulated, for the
-    reward), else the likeliest device is taken and only the refreshes and the end are simulated."""
+                start: Start, *, sample: bool = True) -> Episode:
+    """One pass over the units from ``start`` (random devices if it has none): with ``sample`` each move is drawn
+    (and simulated, for the reward), else the likeliest device is taken and only the refreshes and the end are
+    simulated. The start state is simulated first, so an episode's best state is never worse than its start."""
     n, n_dev = ug.n_units, ug.cluster.n_devices
-    devices = initial_devices(n, n_dev, generator)
+    devices = initial_devices(n, n_dev, generator) if start.unit_devices is None else start.unit_devices.copy()
     loads = np.bincount(devices, weights=ug.compute_us, minlength=n_dev)
+    memory = ug.cluster.memory_bytes.astype(np.float64)
+    need = np.bincount(devices, weights=ug.need_bytes, minlength=n_dev)
     edges = torch.from_numpy(np.stack([ug.edge_src, ug.edge_dst]))
     episode = Episode(actions=np.empty(n, dtype=np.int64), fresh=np.empty((n, n_fresh(n_dev)), dtype=np.float32),
                       segments=[])
@@ -173,7 +181,7 @@ def run_episode(net: PlacetoNet, ug: UnitGraph, refresh: int, options: PlacetoOp
                 episode.segments.append((t, x))
                 embedding = net.embed(x, edges)
             weights, sizes = pools(ug, np.array([t]))
-            episode.fresh[t] = fresh_inputs(ug, devices, loads, t, sizes[0])
+            episode.fresh[t] = fresh_inputs(ug, devices, loads, t, sizes[0], need / memory)
             logits = net.logits(embedding, torch.tensor([t]), torch.from_numpy(weights),
                                 torch.from_numpy(episode.fresh[t:t + 1]))[0]
             if sample:
@@ -183,6 +191,8 @@ def run_episode(net: PlacetoNet, ug: UnitGraph, refresh: int, options: PlacetoOp
             episode.actions[t] = action
             loads[devices[t]] -= ug.compute_us[t]
             loads[action] += ug.compute_us[t]
+            need[devices[t]] -= ug.need_bytes[t]
+            need[action] += ug.need_bytes[t]
             devices[t] = action
             if sample:
                 episode.costs_s.append(simulate(ug, devices, options, episode, with_start=False)[0])
@@ -220,9 +230,10 @@ class Run:
     rows: list = field(default_factory=list)
 
 
-def reinforce(net: PlacetoNet, graphs: list[UnitGraph], options: PlacetoOptions, *, samples: int, seed: int,
-              title: str) -> Run:
-    """Train ``net`` on ``graphs`` (one drawn per episode, seeded) for ``samples`` simulated placements."""
+def reinforce(net: PlacetoNet, graphs: list[UnitGraph], starts: list[Start], options: PlacetoOptions, *,
+              samples: int, seed: int, title: str) -> Run:
+    """Train ``net`` on ``graphs`` (one drawn per episode, seeded; each episode from the graph's start) for
+    ``samples`` simulated placements."""
     optimizer = torch.optim.Adam(net.parameters(), lr=options.learning_rate)
     generator = torch.Generator().manual_seed(seed)
     pick = np.random.default_rng(seed)
@@ -237,7 +248,7 @@ def reinforce(net: PlacetoNet, graphs: list[UnitGraph], options: PlacetoOptions,
             break
         i = int(pick.integers(len(graphs)))
         ug = graphs[i]
-        episode = run_episode(net, ug, refresh_steps(ug.n_units, options), options, generator)
+        episode = run_episode(net, ug, refresh_steps(ug.n_units, options), options, generator, starts[i])
         log_cost = np.log(np.asarray(episode.costs_s))
         returns = (log_cost[:-1] - log_cost[-1]).astype(np.float32)   # sum of log(before / after) from step t on
         baseline = np.mean(history[i], axis=0) if history[i] else np.zeros_like(returns)
@@ -296,17 +307,19 @@ def load_policy(path, cluster) -> tuple[PlacetoNet, dict]:
     return net, dict(saved.get("meta", {}))
 
 
-def train_new(graphs, cluster, output, *, samples: int, seed: int, options: PlacetoOptions, hidden_size: int,
+def train_new(graphs, clusters, output, *, samples: int, seed: int, options: PlacetoOptions, hidden_size: int,
               rounds: int, meta: dict) -> dict:
     with one_thread():
-        units = [unit_graph(g, cluster, options.max_units) for g in graphs]
+        units = [unit_graph(g, c, options.max_units) for g, c in zip(graphs, clusters)]
+        starts = [start_placement(u, options, seed) for u in units]
         with seeded(seed):
-            net = PlacetoNet(cluster.n_devices, hidden_size, rounds)
-        run = reinforce(net, units, options, samples=samples, seed=seed, title=f"{NAME} training")
+            net = PlacetoNet(clusters[0].n_devices, hidden_size, rounds)
+        run = reinforce(net, units, starts, options, samples=samples, seed=seed, title=f"{NAME} training")
     figures = {"updates": run.updates, "samples_simulated": run.samples, "train_s": round(run.wall_s, 3),
                "stopped_by": run.stopped_by, "graphs": len(graphs),
-               "units": [u.n_units for u in units]}
-    save_policy(output, net, meta | {"cluster": cluster.name, "seed": seed, "samples": samples} | figures)
+               "units": [u.n_units for u in units], "starts": [s.algo for s in starts]}
+    save_policy(output, net, meta | {"clusters": sorted({c.name for c in clusters}), "seed": seed, "samples": samples,
+                                     "start": options.start} | figures)
     return figures
 
 
@@ -319,20 +332,28 @@ def place(graph, cluster, *, seed: int, options: PlacetoOptions) -> Placement:
         else:
             path = options.policy or shipped_policy_path(cluster.n_devices)
             net, source = load_policy(path, cluster)[0], str(path)
+        start = start_placement(ug, options, seed)
         candidates, figures = [], {}
         if options.finetune_samples > 0:
-            run = reinforce(net, [ug], options, samples=options.finetune_samples, seed=seed, title=f"{NAME} fine-tuning")
+            run = reinforce(net, [ug], [start], options, samples=options.finetune_samples, seed=seed, title=f"{NAME} fine-tuning")
             candidates += list(run.best.values())
             figures = {"samples_simulated": run.samples, "updates": run.updates, "train_s": round(run.wall_s, 3),
                        "stopped_by": run.stopped_by}
         began = time.perf_counter()
         episode = run_episode(net, ug, refresh_steps(ug.n_units, options), options,
-                              torch.Generator().manual_seed(seed), sample=False)
+                              torch.Generator().manual_seed(seed), start, sample=False)
         episode_s = time.perf_counter() - began
     best = min([episode] + candidates, key=lambda e: e.best_cost_s)
-    if best.best_devices is None:
+    devices, step_us, returned = start.op_devices, start.step_us, "start"
+    if best.best_devices is not None:
+        learned = ug.expand(best.best_devices)
+        result = simulate_graph(graph, cluster, Placement(devices=learned))
+        if result.fits and result.step_time_us < step_us:
+            devices, step_us, returned = learned, result.step_time_us, "episode"
+    if devices is None:
         least = min(e.least_over_bytes for e in [episode] + candidates)
         raise OutOfMemoryError(f"{NAME}: no placement it tried fits memory (least overflow {least / GIB:.3f} GiB); "
                                f"raise finetune_samples, or give the devices more memory")
-    return Placement(devices=ug.expand(best.best_devices), options=figures | {
-        "policy": source, "units": ug.n_units, "episode_s": round(episode_s, 4), "step_us": best.best_step_us})
+    return Placement(devices=devices, options=figures | {
+        "policy": source, "units": ug.n_units, "episode_s": round(episode_s, 4), "step_us": step_us,
+        "start": start.algo, "start_step_us": start.step_us, "returned": returned})
