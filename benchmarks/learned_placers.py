@@ -48,9 +48,9 @@ LEARNERS = ("colocrl", "hp")
 WARM_STARTS = ("expert", "m-sct+opt")
 # devplace's variant (docs/learning.md): options beside the warm start, per learner
 DEVPLACE = {
-    "colocrl": dict(init_updates=100, temperature=0.5, learning_rate=0.0001, normalize_advantage=True),
-    "hp": dict(init_updates=100, temperature=0.5, tanh_constant=0.0, learning_rate=0.001, noise_updates=0,
-               normalize_advantage=True),
+    "colocrl": dict(init_updates=300, deviations=2.0, learning_rate=0.001, normalize_advantage=True),
+    "hp": dict(init_updates=300, deviations=1.0, position_features=64, tanh_constant=0.0, learning_rate=0.001,
+               noise_updates=0, normalize_advantage=True),
 }
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
@@ -264,13 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name} ({cluster.n_devices} devices)", flush=True)
-        kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # other configurations' runs
         earlier = results.get(name, {})
         reuse = args.reuse_baselines and "baselines" in earlier
-        entry = kept | {"ops": graph.n_ops, "cluster": cluster.name, "samples": samples,
-                        "time_budget_s": args.time_budget_s, "load_average": os.getloadavg(),
-                        "batch_cost": earlier["batch_cost"] if reuse else batch_cost(graph, cluster),
-                        "baselines": earlier["baselines"] if reuse else baselines(graph, cluster)}
+        entry = {"ops": graph.n_ops, "cluster": cluster.name, "samples": samples,
+                 "time_budget_s": args.time_budget_s, "load_average": os.getloadavg(),
+                 "batch_cost": earlier["batch_cost"] if reuse else batch_cost(graph, cluster),
+                 "baselines": earlier["baselines"] if reuse else baselines(graph, cluster)}
         cost = entry["batch_cost"]
         print(f"  a batch of {cost['k']}: {cost['batch_s']:.3f} s, {cost['k']} single simulations {cost['singles_s']:.3f} s",
               flush=True)
@@ -287,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         entry["random"] = random_search(graph, cluster, samples, args.time_budget_s)
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
         results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
-        results[name] = entry
+        kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes
+        results[name] = kept | entry
         write_text_atomic(path, json.dumps(results, indent=1, default=float) + "\n")
         plot(name, entry)
     print(table({n: results[n] for n in results if n in MODELS}))

@@ -357,3 +357,32 @@ def test_time_budget_covers_cloning():
                       init_updates=10_000, time_budget_s=1.0, **FAST)
     assert 0 < placed.options["init_updates_done"] < 10_000 and placed.options["stopped_by"] == "time"
     assert placed.options["train_s"] >= 1.0 and placed.options["returned"] == "init"
+
+
+@pytest.mark.torch
+def test_exploring_around_the_greedy_decode_moves_few_units_and_credits_only_them():
+    """Option deviations: a sample is the greedy decode (fed the warm start) with about `deviations` units
+    moved, and only those carry log-probability; ordinary sampling moves most units of an untrained policy."""
+    import torch
+
+    from devplace.learn.nets import Seq2SeqPlacer
+
+    n_units, k = 60, 64
+    features = torch.randn(n_units, 5, generator=torch.Generator().manual_seed(1))
+    anchor = torch.randint(0, 3, (k, n_units), generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(0)
+    policy = Seq2SeqPlacer(5, 3, 16, bidirectional=False, tanh_constant=1.0, deviation_rate=1e-9)
+
+    def moved_from_greedy(rate):
+        policy.deviation_rate = 1e-9
+        greedy = policy(features, k, torch.Generator().manual_seed(3), fed=anchor).actions
+        policy.deviation_rate = rate
+        drawn = policy(features, k, torch.Generator().manual_seed(4), fed=anchor)
+        return (drawn.actions != greedy).sum(1).float(), drawn.log_prob
+
+    moved, log_prob = moved_from_greedy(2.0 / n_units)
+    assert 1.0 < moved.mean() < 3.0 and moved.max() < 10, moved
+    assert torch.all((log_prob == 0) == (moved == 0)) and torch.all(log_prob <= 0)
+    policy.deviation_rate = 0.0
+    ordinary = policy(features, k, torch.Generator().manual_seed(4)).actions
+    assert (ordinary != ordinary[0]).sum(1).float().mean() > 20

@@ -65,12 +65,17 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     features = torch.from_numpy(unit_features(graph, units.unit_of))
     with seeded(seed):
         policy = Seq2SeqPlacer(N_FEATURES, cluster.n_devices, options.hidden_size, bidirectional=False,
-                               tanh_constant=options.tanh_constant, temperature=options.temperature)
+                               tanh_constant=options.tanh_constant, temperature=options.temperature,
+                               deviation_rate=min(1.0, options.deviations / units.n_units))
+
+    anchor = []    # the cloned warm start: with option deviations, the decoder is fed it instead of its own choices
 
     def sample(k, generator, noise_std):
-        return policy(features, k, generator, noise_std)
+        fed = anchor[0].expand(k, -1) if anchor and options.deviations > 0 else None
+        return policy(features, k, generator, noise_std, fed=fed)
 
     def clone(targets):
+        anchor[:] = [targets]
         return policy(features, 1, None, 0.0, forced=targets.unsqueeze(0)).log_prob[0]
 
     return reinforce(NAME, graph, cluster, units.unit_of, policy, sample, options, seed, clone)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from devplace.learn.features import MAX_KINDS, N_FEATURES, cross_unit_edges, unit_features, unit_kind_counts
+from devplace.learn.features import MAX_KINDS, cross_unit_edges, unit_features, unit_kind_counts
 from devplace.learn.options import LearnerOptions
 from devplace.placers import register
 from devplace.placers._memory import check_can_fit
@@ -49,6 +49,9 @@ class HPOptions(LearnerOptions):
     lr_decay_start: int = option(400, "update at which the decay begins")
     logit_noise_std: float = option(0.5, "Gaussian noise added to the Grouper's and Placer's logits while exploring")
     noise_updates: int = option(750, "updates during which the logit noise is added")
+    position_features: int = option(0, "if > 0: the Grouper also reads the op's position in the step as this many "
+                                       "bumps, so a warm start's slices of the step are learnable (devplace's "
+                                       "variant; the paper's Grouper reads type, size and adjacency only)")
     groupings_per_update: int = option(1, "groupings sampled per update, the K placements shared among them "
                                           "(the paper: one grouping, four placements)")
 
@@ -64,25 +67,30 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     check_can_fit(graph, cluster, NAME)
     ops = Units.from_labels(graph, colocation_units(graph))    # what the Grouper assigns: ops, colocation whole
     op_features = torch.from_numpy(unit_features(graph, ops.unit_of))
+    op_features = torch.cat([op_features, position_bumps(ops.n_units, options.position_features).to(op_features.dtype)], 1)
     kind_counts = torch.from_numpy(unit_kind_counts(graph, ops.unit_of, ops.n_units)).float()
     output_bytes = torch.from_numpy(graph.output_bytes.copy()).float()
     output_bytes = torch.zeros(ops.n_units).index_add_(0, torch.from_numpy(ops.unit_of), output_bytes)
     edge_src, edge_dst = (torch.from_numpy(e) for e in cross_unit_edges(graph, ops.unit_of))
     n_groups = max(1, min(options.max_groups, 20 * cluster.n_devices))
     with seeded(seed):
-        grouper = Grouper(N_FEATURES, n_groups, options.grouper_hidden_size)
+        grouper = Grouper(op_features.shape[1], n_groups, options.grouper_hidden_size)
         placer = Seq2SeqPlacer(2 * n_groups + MAX_KINDS + 1, cluster.n_devices, options.hidden_size,
                                bidirectional=True, tanh_constant=options.tanh_constant,
-                               temperature=options.temperature)
+                               temperature=options.temperature,
+                               deviation_rate=min(1.0, options.deviations / n_groups))
     policy = torch.nn.ModuleDict({"grouper": grouper, "placer": placer})
+
+    anchor = []    # the cloned warm start's device per group: with option deviations, fed to the Placer's decoder
 
     def sample(k, generator, noise_std):
         parts = []
         for share in np.array_split(np.arange(k), min(options.groupings_per_update, k)):
-            grouping = grouper(op_features, generator, noise_std)
+            grouping = grouper(op_features, generator, noise_std, greedy=options.deviations > 0)
             groups = grouping.actions[0]
             embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
-            placed = placer(embedded, len(share), generator, noise_std)
+            fed = anchor[0].expand(len(share), -1) if anchor and options.deviations > 0 else None
+            placed = placer(embedded, len(share), generator, noise_std, fed=fed)
             parts.append(Sample(actions=placed.actions[:, groups], log_prob=placed.log_prob + grouping.log_prob,
                                 entropy=(placed.entropy + grouping.entropy) / 2))
         return Sample(*(torch.cat([getattr(p, name) for p in parts]) for name in ("actions", "log_prob", "entropy")))
@@ -92,6 +100,7 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
         order, cut into equal runs of its share of the groups, and each group on its device."""
         groups, group_device = grouping_of(targets.numpy(), n_groups, cluster.n_devices)
         groups = torch.from_numpy(groups)
+        anchor[:] = [torch.from_numpy(group_device)]
         grouping = grouper(op_features, None, 0.0, groups=groups)
         embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
         placed = placer(embedded, 1, None, 0.0, forced=torch.from_numpy(group_device).unsqueeze(0))
@@ -132,3 +141,19 @@ def grouping_of(unit_devices: np.ndarray, n_groups: int, n_devices: int) -> tupl
         mine = np.flatnonzero(unit_devices == d)
         groups[mine] = min(d * share, n_groups - 1) + np.arange(len(mine)) * share // max(len(mine), 1)
     return groups, group_device
+
+
+def position_bumps(n_units: int, n_bumps: int):
+    """Each unit's position in the step (0 to 1) as ``n_bumps`` Gaussian bumps of width 1 / ``n_bumps``:
+    the Grouper is linear, and a linear map of these picks out any contiguous slice of the step.
+
+    >>> position_bumps(3, 2).argmax(1).tolist()
+    [0, 0, 1]
+    """
+    import torch
+
+    if n_bumps < 1:
+        return torch.zeros(n_units, 0, dtype=torch.float32)
+    position = torch.linspace(0.0, 1.0, n_units).unsqueeze(1)
+    centres = torch.linspace(0.0, 1.0, n_bumps).unsqueeze(0)
+    return torch.exp(-(((position - centres) * n_bumps) ** 2)).float()

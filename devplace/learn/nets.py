@@ -44,17 +44,36 @@ def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float, fo
     return choice, log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1), entropy
 
 
+def _deviate(logits: torch.Tensor, generator: torch.Generator, rate: float):
+    """devplace's exploration around the greedy decode: per row, the argmax device, or with probability
+    ``rate`` another device drawn from the policy without its argmax. Returns (choice, the greedy device to
+    feed back, log-probability, entropy); the log-probability counts deviations only, so an update credits
+    the units where a sample differs from the greedy decode and no others. Feeding back the greedy device
+    keeps one deviation from cascading; the learners feed the warm start instead where there is one (its
+    greedy decode cascades too: a cloned decoder copies its previous device and misses the one unit where the
+    warm start switches device)."""
+    log_p = F.log_softmax(logits, dim=-1)
+    greedy = log_p.argmax(-1)
+    others = log_p.detach().exp().scatter(-1, greedy.unsqueeze(-1), 0.0) + 1e-12
+    other = torch.multinomial(others, 1, generator=generator).squeeze(-1)
+    moved = torch.rand(greedy.shape, generator=generator) < rate
+    choice = torch.where(moved, other, greedy)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    return choice, greedy, log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1) * moved, entropy
+
+
 class Seq2SeqPlacer(nn.Module):
     """Encoder LSTM over the units; decoder LSTM (started from the encoder's last state, fed the
     embedding of its previous choice) with additive attention over the encoded units; device logits
     bounded to +-``tanh_constant`` if it is > 0 (HP's public code: 1.0), so no device is ever ruled out,
-    then, when sampling, divided by ``temperature``."""
+    then, when sampling, divided by ``temperature``. With ``deviation_rate`` > 0 a sample is the greedy
+    decode with each unit moved, with that probability, to another device (``_deviate``)."""
 
     def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float,
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, deviation_rate: float = 0.0):
         super().__init__()
         self.n_devices, self.tanh_constant, self.bidirectional = n_devices, tanh_constant, bidirectional
-        self.temperature = temperature
+        self.temperature, self.deviation_rate = temperature, deviation_rate
         hidden = 2 * (hidden // 2) if bidirectional else hidden
         self.embed = nn.Linear(n_features, hidden)
         self.encoder = nn.LSTM(hidden, hidden // 2 if bidirectional else hidden, batch_first=True,
@@ -67,8 +86,9 @@ class Seq2SeqPlacer(nn.Module):
         self.output = nn.Linear(2 * hidden, n_devices)
 
     def forward(self, features: torch.Tensor, k: int, generator: torch.Generator, noise_std: float = 0.0,
-                forced: torch.Tensor | None = None) -> Sample:
-        """K device sequences for the (N, features) units; given ``forced`` (K, N), their log-probabilities."""
+                forced: torch.Tensor | None = None, fed: torch.Tensor | None = None) -> Sample:
+        """K device sequences for the (N, features) units; given ``forced`` (K, N), their log-probabilities,
+        and when sampling, its own choices; ``fed`` (K, N), if given, is fed as the previous devices instead."""
         encoded, (h, c) = self.encoder(torch.tanh(self.embed(features)).unsqueeze(0))
         memory = self.attend_memory(encoded).expand(k, -1, -1)
         h = h.transpose(0, 1).reshape(1, -1).expand(k, -1)       # both directions' last states side by side
@@ -84,8 +104,13 @@ class Seq2SeqPlacer(nn.Module):
                 logits = torch.tanh(logits) * self.tanh_constant
             if forced is None:
                 logits = logits / self.temperature    # sampling only: a clone fits the untempered policy
-            previous, log_p, entropy = _draw(logits, generator, noise_std, None if forced is None else forced[:, i])
-            actions.append(previous)
+            if forced is None and self.deviation_rate > 0:
+                choice, previous, log_p, entropy = _deviate(logits, generator, self.deviation_rate)
+                previous = previous if fed is None else fed[:, i]
+            else:
+                choice, log_p, entropy = _draw(logits, generator, noise_std, None if forced is None else forced[:, i])
+                previous = choice if fed is None else fed[:, i]
+            actions.append(choice)
             log_probs.append(log_p)
             entropies.append(entropy)
         return Sample(torch.stack(actions, 1), torch.stack(log_probs, 1).sum(1), torch.stack(entropies, 1).mean(1))
@@ -99,8 +124,12 @@ class Grouper(nn.Module):
         self.net = nn.Sequential(nn.Linear(n_features, hidden), nn.Linear(hidden, n_groups))
 
     def forward(self, features: torch.Tensor, generator: torch.Generator, noise_std: float = 0.0,
-                groups: torch.Tensor | None = None) -> Sample:
-        """One grouping: a group per op (as a batch of one); given ``groups``, its log-probability."""
+                groups: torch.Tensor | None = None, greedy: bool = False) -> Sample:
+        """One grouping: a group per op (as a batch of one); given ``groups``, its log-probability; ``greedy``:
+        each op's most likely group, credited nothing (devplace's exploration around the greedy decode)."""
+        if greedy:
+            groups = self.net(features).detach().argmax(-1)
+            return Sample(groups.unsqueeze(0), torch.zeros(1), torch.zeros(1))
         groups, log_p, entropy = _draw(self.net(features), generator, noise_std, groups)
         return Sample(groups.unsqueeze(0), log_p.sum().unsqueeze(0), entropy.mean().unsqueeze(0))
 

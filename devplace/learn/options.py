@@ -47,6 +47,9 @@ class LearnerOptions:
                                               "rewards (devplace's variant; the papers do not)")
     entropy_weight: float = option(0.0, "add this times the mean entropy per decision to the objective "
                                         "(devplace's variant; the papers add none)")
+    deviations: float = option(0.0, "if > 0: explore around the greedy decode, each sample moving this many units "
+                                    "on average to another device, credited to those units only (devplace's "
+                                    "variant; the papers sample every unit)")
     init: str = option("", "warm start: clone this algorithmic placer's placement (e.g. expert, m-sct+opt) "
                            "before REINFORCE, and return it if no sample beats it")
     init_updates: int = option(200, "behaviour-cloning updates of the warm start (teacher forcing, no simulation)")

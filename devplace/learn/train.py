@@ -236,6 +236,9 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
     state = _State()
     if options.resume and checkpoint.exists():
         state = _load(checkpoint, identity, policy, optimizer, generator)
+        if clone is not None and state.init_devices is not None:
+            with torch.no_grad():    # show the learner its warm start again (its anchor), as cloning did
+                clone(torch.from_numpy(unit_majority(state.init_devices, unit_of, cluster.n_devices)))
     began = time.perf_counter() - state.wall_s
     stopped_by = "samples"
     task = progress.current()
