@@ -3,8 +3,8 @@
 GNMT as Baechi ran it (4 LSTM layers of 512 units, vocabulary 30000, batch 128, length 40; 24,787
 ops) captured from PyTorch with roofline costs for the RTX 2080s of ``baechi-4x2080`` (Baechi's
 testbed), then every placer, and Baechi's three with their optimizations (``+opt``), placed and
-simulated on that cluster. 1.5-2.5 minutes on a shared 2-core machine (capture 25-45 s, sim-search's
-2000 evaluations 15-60 s by the load, the rest ~20 s; BENCHMARKS.md "Demo"). The report goes to
+simulated on that cluster. 1.5-3 minutes on a shared 2-core machine (capture 25-45 s, sim-search's
+up to 4 rounds of 2000 evaluations 60-140 s by the load, the rest ~20 s; BENCHMARKS.md "Demo"). The report goes to
 ``out/demo/report.html``.
 """
 
