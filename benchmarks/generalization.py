@@ -78,13 +78,13 @@ def splits() -> dict[str, tuple[list, list]]:
 def train_shipped(samples: int) -> dict:
     """The shipped policy: the families' training splits (``devplace.zoo.families``), each on its family's
     default cluster (memory binds there, so one device is not an answer), every ``TRAIN_EVERY``-th member."""
-    from devplace.learn.placeto import PlacetoOptions, train_policy
+    from devplace.learn.placeto import PlacetoOptions, can_fit, train_policy
     from devplace.progress import LineReporter, reporting
     from devplace.zoo import families
 
     training = [(member, families.load(member), families.default_cluster(name)) for name in families.family_names()
                 for member in families.split(name)[0][::TRAIN_EVERY]]
-    skipped = [m.target for m, g, c in training if not fits_somehow(g, c)]
+    skipped = [m.target for m, g, c in training if not can_fit(g, c)]
     training = [(m, g, c) for m, g, c in training if m.target not in skipped]
     began = time.perf_counter()
     with reporting(LineReporter()):
@@ -97,17 +97,6 @@ def train_shipped(samples: int) -> dict:
                 "skipped_cannot_fit": skipped, "size_bytes": SHIPPED.stat().st_size, "load": open("/proc/loadavg").read().split()[:3]}
     print(json.dumps(figures))
     return figures
-
-
-def fits_somehow(graph, cluster) -> bool:
-    """Whether the step's memory need is within the cluster's (some family members on their default cluster are not)."""
-    from devplace.placers._memory import check_can_fit
-
-    try:
-        check_can_fit(graph, cluster, "placeto")
-    except DevplaceError:
-        return False
-    return True
 
 
 def step_us(graph, cluster, algo: str, **options) -> dict:
@@ -164,7 +153,7 @@ def cross_family(samples: int) -> list[dict]:
     """For each family: a policy trained on the others' training splits places its held-out graphs zero-shot."""
     import tempfile
 
-    from devplace.learn.placeto import PlacetoOptions, train_policy
+    from devplace.learn.placeto import PlacetoOptions, can_fit, train_policy
 
     every = splits()
     rows = []
@@ -172,7 +161,7 @@ def cross_family(samples: int) -> list[dict]:
         cluster = family_cluster(family)
         training = [(g, family_cluster(other)) for other, (train, _) in every.items() if other != family
                     for _, g in train[::TRAIN_EVERY]]
-        training = [(g, c) for g, c in training if fits_somehow(g, c)]
+        training = [(g, c) for g, c in training if can_fit(g, c)]
         with tempfile.TemporaryDirectory() as folder:
             policy = Path(folder) / "cross.pt"
             figures = train_policy([g for g, _ in training], [c for _, c in training], policy, samples=samples,

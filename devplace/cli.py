@@ -705,7 +705,8 @@ def train_placeto(
     family: Optional[str] = typer.Option(None, "--family", help="zoo graph families to train on (NAME[,NAME]; their "
                                                                  "training splits)"),
     graph: list[str] = typer.Option([], "--graph", help="a graph file or model target to train on (repeatable)"),
-    cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or TOML path: its device count is the policy's"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="preset name or TOML path: its device count is "
+                                          "the policy's (default with --family: each family's own cluster)"),
     samples: int = typer.Option(20000, "--samples", help="simulated placements to train for"),
     seed: int = typer.Option(0, "--seed", help="seed for every random choice"),
     option: list[str] = typer.Option([], "--option", help="Placeto option KEY=VALUE (see `devplace algos`)"),
@@ -718,25 +719,30 @@ def train_placeto(
     from devplace.progress import showing_progress
 
     check_seed(seed)
-    graphs, names = [], []
+    from devplace.cluster import load_cluster
+
+    if graph and cluster is None:
+        raise DevplaceError("give --cluster for --graph (only --family has default clusters: each family's own)")
+    machine = load_cluster(cluster) if cluster is not None else None
+    graphs, names, machines, skipped = [], [], [], []
     if family:
         from devplace.learn.placeto import family_graphs
 
-        graphs, names = family_graphs(family.split(","))
+        graphs, names, machines, skipped = family_graphs(family.split(","), machine)
+        for target in skipped:
+            err_console.print(f"placeto: skipping {target}: its step cannot fit the cluster")
     for target in graph:
         loaded, _ = load_graph_and_cluster(target, cluster)
         check_has_ops(loaded, target)
         graphs.append(loaded)
         names.append(target)
+        machines.append(machine)
     if not graphs:
         raise DevplaceError("give --family NAME[,NAME] or --graph GRAPH to train on")
-    from devplace.cluster import load_cluster
-
-    machine = load_cluster(cluster)
     options = parse_placer_options(PlacetoOptions, parse_options(option), NAME)
     with showing_progress(err_console):
-        figures = train_policy(graphs, machine, output, samples=samples, seed=seed, options=options,
-                               meta={"trained_on": names})
+        figures = train_policy(graphs, machines, output, samples=samples, seed=seed, options=options,
+                               meta={"trained_on": names, "skipped_cannot_fit": skipped})
     if as_json:
         print_json(figures | {"output": str(output)})
         return

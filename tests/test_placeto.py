@@ -136,6 +136,32 @@ def test_train_and_place_from_the_command_line(tmp_path):
     missing = runner.invoke(app, ["train", "placeto", "-c", str(cluster_file), "-o", str(policy)])
     assert missing.exit_code == 2 and "give --family" in missing.output
 
+    no_cluster = runner.invoke(app, ["train", "placeto", "--graph", str(graph_file), "-o", str(policy)])
+    assert no_cluster.exit_code == 2 and "give --cluster for --graph" in no_cluster.output
+
+
+def test_family_training_uses_each_familys_cluster_and_skips_members_that_cannot_fit(monkeypatch):
+    from devplace.learn.placeto import family_graphs
+    from devplace.zoo import families
+
+    big = GraphBuilder(["gpu"])
+    big.add_op("huge", compute_us=1.0, output_bytes=5e9)     # one op bigger than a device of either cluster
+    small, too_big = ladder(1), big.build()
+    own = {"a": uniform_cluster(4, memory_bytes=1e9), "b": uniform_cluster(4, memory_bytes=2e9)}
+    monkeypatch.setattr(families, "load", lambda member: too_big if member == "b:1" else small)
+    monkeypatch.setattr(families, "default_cluster", lambda name: own[name])
+
+    class Member(str):
+        target = property(lambda self: str(self))
+
+    monkeypatch.setattr(families, "split", lambda name: ([Member(f"{name}:0"), Member(f"{name}:1")], []))
+    graphs, targets, clusters, skipped = family_graphs(["a", "b"])
+    assert targets == ["a:0", "a:1", "b:0"] and skipped == ["b:1"]
+    assert clusters == [own["a"], own["a"], own["b"]] and len(graphs) == 3
+    fixed = uniform_cluster(4, memory_bytes=4e9)
+    _, targets, clusters, skipped = family_graphs(["a", "b"], fixed)
+    assert clusters == [fixed] * 3 and skipped == ["b:1"]
+
 
 def test_options_are_declared_with_the_authors_defaults():
     options = PlacetoOptions()

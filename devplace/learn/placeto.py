@@ -296,19 +296,33 @@ def shipped_policy_path(n_devices: int) -> Path:
     return path
 
 
-def family_graphs(names: list[str]) -> tuple[list, list[str]]:
-    """The training splits of the zoo graph families ``names`` (captured once, then cached), and their targets."""
+def can_fit(graph, cluster) -> bool:
+    """Whether some placement of the step could fit ``cluster`` (``check_can_fit``); a family's default
+    cluster cannot hold a few of its members (an op or colocation group bigger than a device)."""
     try:
-        from devplace.zoo import families
-    except ImportError:
-        raise DevplaceError("graph families (devplace.zoo.families) are not in this version of devplace: "
-                            "train on graphs with --graph instead") from None
-    graphs, targets = [], []
+        check_can_fit(graph, cluster, NAME)
+    except DevplaceError:
+        return False
+    return True
+
+
+def family_graphs(names: list[str], cluster=None) -> tuple[list, list[str], list, list[str]]:
+    """The training splits of the zoo graph families ``names`` (captured once, then cached): their graphs,
+    targets and clusters (``cluster``, or each family's default cluster), less the members that cannot fit
+    their cluster, whose targets come last."""
+    from devplace.zoo import families
+
+    graphs, targets, clusters, skipped = [], [], [], []
     for name in names:
         train, _ = families.split(name.strip())
-        graphs += [families.load(member) for member in train]
-        targets += [member.target for member in train]
-    return graphs, targets
+        machine = cluster if cluster is not None else families.default_cluster(name.strip())
+        for member in train:
+            graph = families.load(member)
+            if can_fit(graph, machine):
+                graphs.append(graph), targets.append(member.target), clusters.append(machine)
+            else:
+                skipped.append(member.target)
+    return graphs, targets, clusters, skipped
 
 
 @register(NAME, "Placeto (NeurIPS 2019): a graph neural network moves one unit at a time; trained once, places "
