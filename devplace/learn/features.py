@@ -50,6 +50,14 @@ def cross_unit_edges(graph, unit_of: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return src[across], dst[across]
 
 
+def unit_majority(op_devices: np.ndarray, unit_of: np.ndarray, n_devices: int, n_units: int | None = None) -> np.ndarray:
+    """Per unit, the device most of its ops are on (the lowest index on a tie): how a per-op placement
+    (a warm start, an episode's start) becomes one device per unit."""
+    n_units = int(unit_of.max()) + 1 if n_units is None else n_units
+    counts = np.bincount(unit_of * n_devices + np.asarray(op_devices), minlength=n_units * n_devices)
+    return counts.reshape(n_units, n_devices).argmax(axis=1).astype(np.int64)
+
+
 def unit_features(graph, unit_of: np.ndarray) -> np.ndarray:
     """(n_units, N_FEATURES) float32 features of units numbered 0..U-1 in step order."""
     unit_of = np.asarray(unit_of, dtype=np.int64)

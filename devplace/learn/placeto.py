@@ -36,7 +36,7 @@ from numba import njit
 
 from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.learn.env import GIB, PlacementEnv
-from devplace.learn.features import capped_units, cross_unit_edges
+from devplace.learn.features import capped_units, cross_unit_edges, unit_majority
 from devplace.placers import register
 from devplace.placers._memory import check_can_fit
 from devplace.placers.options import option
@@ -177,15 +177,9 @@ def start_placement(ug: UnitGraph, options: PlacetoOptions, seed: int) -> Start:
             continue
         result = dp.simulate(ug.graph, ug.cluster, placed)
         if result.fits and result.step_time_us < best.step_us:
-            best = Start(name, unit_majority(ug, placed.devices), np.asarray(placed.devices), result.step_time_us)
+            units = unit_majority(placed.devices, ug.unit_of_op, ug.cluster.n_devices, ug.n_units)
+            best = Start(name, units, np.asarray(placed.devices), result.step_time_us)
     return best
-
-
-def unit_majority(ug: UnitGraph, op_devices: np.ndarray) -> np.ndarray:
-    """Per unit, the device most of its ops are on (lowest on a tie)."""
-    n_dev = ug.cluster.n_devices
-    counts = np.bincount(ug.unit_of_op * n_dev + np.asarray(op_devices), minlength=ug.n_units * n_dev)
-    return counts.reshape(ug.n_units, n_dev).argmax(axis=1).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------- features

@@ -43,6 +43,7 @@ from devplace import progress
 from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.fileio import write_bytes_atomic
 from devplace.learn.env import GIB, Reward
+from devplace.learn.features import unit_majority
 from devplace.learn.log import write_log
 from devplace.learn.nets import Sample
 from devplace.learn.options import LearnerOptions, learning_rate_at
@@ -133,13 +134,6 @@ def warm_start(name: str, graph, cluster, init: str, seed: int) -> np.ndarray:
         raise DevplaceError(f"{name}: option init={init!r} must be an algorithmic placer such as expert or "
                             f"m-sct+opt (not a search or a learner)")
     return np.asarray(place(graph, cluster, algo=init, seed=seed).devices, dtype=np.int64)
-
-
-def unit_majority(devices: np.ndarray, unit_of: np.ndarray, n_devices: int) -> np.ndarray:
-    """Per unit, the device most of its ops are on (the lowest index on a tie)."""
-    n_units = int(unit_of.max()) + 1
-    counts = np.bincount(unit_of * n_devices + devices, minlength=n_units * n_devices).reshape(n_units, n_devices)
-    return counts.argmax(1)
 
 
 def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed, deadline: float) -> None:
