@@ -23,6 +23,7 @@ Free-text messages go through ``logging`` (logger ``devplace``), not through thi
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from contextlib import contextmanager
@@ -54,7 +55,7 @@ class LineReporter(Reporter):
         self.every_s = every_s
         self.stream = stream if stream is not None else sys.stderr
         self._tasks: list[tuple[str, int | None]] = []
-        self._last_shown = 0.0
+        self._last_shown = -math.inf   # not 0: monotonic() counts from boot, so 0 could be within every_s
         self._unshown: str | None = None   # the latest update's line, if it was held back
 
     def begin(self, task: str, total: int | None = None) -> None:
