@@ -57,12 +57,12 @@ class Simulator:
             valid = (valid and type(priority) is np.ndarray and priority.dtype == np.float64
                      and priority.shape == (n,) and bool(np.isfinite(priority).all()))
         if not valid:
-            placement = self._checked(devices, priority)
+            placement = self.checked(devices, priority)
             devices, priority = placement.devices, placement.priority
         finish = self._schedule(devices, priority)[1]
         return float(finish.max()) if len(finish) else 0.0
 
-    def _checked(self, placement, priority: np.ndarray | None = None) -> Placement:
+    def checked(self, placement, priority: np.ndarray | None = None) -> Placement:
         """``placement`` (with ``priority`` instead of its own, if given), refused unless it fits."""
         placement = as_placement(placement, self.graph)
         if priority is not None:
@@ -71,11 +71,15 @@ class Simulator:
         return placement
 
     def run(self, placement) -> SimResult:
+        placement = self.checked(placement)
+        return self.result_of(placement.devices, self._schedule(placement.devices, placement.priority))
+
+    def result_of(self, devices: np.ndarray, schedule: tuple) -> SimResult:
+        """The SimResult of a schedule the engine made for ``devices`` (``engine.schedule_of``'s tuple):
+        memory accounting added. ``run`` and the incremental simulator both end here."""
         g, c = self.graph, self.cluster
-        placement = self._checked(placement)
-        devices = placement.devices
         (start, finish, ready, cause, previous, xfer_op, xfer_src, xfer_dst,
-         xfer_start, xfer_end, xfer_bytes) = self._schedule(devices, placement.priority)
+         xfer_start, xfer_end, xfer_bytes) = schedule
         ev_time, ev_device, ev_delta, ev_owner = engine.sorted_memory_events(*engine.memory_events(
             g.succ_ptr, g.succ_edge, g.edge_dst, devices, c.n_devices, start, finish,
             g.persistent_bytes, g.output_bytes, g.temp_bytes, xfer_op, xfer_dst, xfer_start, xfer_end,
