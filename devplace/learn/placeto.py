@@ -75,6 +75,9 @@ class PlacetoOptions:
                                   "consecutive ones merge beyond it)")
     refresh_every: int = option(0, "steps between recomputing the embedding and start times (0: so that an "
                                    "episode has at most 64; 1: every step, as the paper)")
+    incremental: bool = option(True, "training episodes re-simulate each move only from where it can change the "
+                                     "step (devplace.sim.incremental; same figures, less time); False: a whole "
+                                     "simulation per move")
     learning_rate: float = option(0.001, "Adam learning rate at the start (authors' code: 1e-3)")
     final_learning_rate: float = option(0.0001, "learning rate at the end of the budget, reached linearly "
                                                 "(authors' code: 1e-4)")
