@@ -111,6 +111,25 @@ def _release(d, now, send_owed_us, recv_owed_us, paying_recv, device_busy, dispa
     return n_events, n_pending
 
 
+@njit(cache=True, inline="always")
+def destinations(u, du, devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, latency_us,
+                 bandwidth_bytes_per_us, dest_duration, dest_delay, dest_bytes):
+    """What op ``u`` on ``du`` sends when it finishes: per other device holding a consumer, the longest
+    edge's (duration, delay) and the most bytes, written into ``dest_*`` (duration -1: nothing sent)."""
+    for k in range(succ_ptr[u], succ_ptr[u + 1]):
+        e = succ_edge[k]
+        dv = devices[edge_dst[e]]
+        if dv == du:
+            continue
+        duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, dv],
+                                      bandwidth_bytes_per_us[du, dv])
+        if duration > dest_duration[dv]:
+            dest_duration[dv] = duration
+            dest_delay[dv] = delay
+        if edge_bytes[e] > dest_bytes[dv]:
+            dest_bytes[dv] = edge_bytes[e]
+
+
 @njit(cache=True)
 def devices_in_range(devices, n_dev):
     """True if every device index is in [0, n_dev): the event loop does not check bounds."""
@@ -200,13 +219,14 @@ def initial_state(in_degree, devices, n_dev, n_edges):
 def advance(
     succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us,
     op_time_us, devices, priority, latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us,
-    send_overhead_us, recv_overhead_us, s, stop_after, undo_op, undo_ready, undo_cause,
+    send_overhead_us, recv_overhead_us, s, stop_after, undo_op, undo_ready, undo_cause, finish_logged, first_xfer,
 ):
     """Run the event loop from state ``s`` until the step ends (returns False) or until the
     ``stop_after``-th dispatch has been made (returns True; -1: never).
 
-    With an undo log (``undo_*``, one entry per edge; None: none, compiled out), each change to an op's arrived inputs
-    is logged first, so ``devplace.sim.incremental`` can take the run back to an earlier state."""
+    With an undo log (``undo_*``, one entry per edge; None: none, compiled out), each change to an op's arrived
+    inputs is logged first, and per op where its finish begins in the log and in the transfers
+    (``finish_logged``, ``first_xfer``), so ``devplace.sim.incremental`` can take the run back to an earlier state."""
     start, finish, ready, cause, previous_on_device, waiting = (
         s.start, s.finish, s.ready, s.cause, s.previous_on_device, s.waiting)
     xfer_op, xfer_src, xfer_dst, xfer_start, xfer_end, xfer_bytes = (
@@ -259,19 +279,11 @@ def advance(
         if kind == EVENT_FINISH:
             u = item
             du = devices[u]
-            # one transfer per destination device holding a consumer of u
-            for k in range(succ_ptr[u], succ_ptr[u + 1]):
-                e = succ_edge[k]
-                dv = devices[edge_dst[e]]
-                if dv == du:
-                    continue
-                duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, dv],
-                                              bandwidth_bytes_per_us[du, dv])
-                if duration > dest_duration[dv]:
-                    dest_duration[dv] = duration
-                    dest_delay[dv] = delay
-                if edge_bytes[e] > dest_bytes[dv]:
-                    dest_bytes[dv] = edge_bytes[e]
+            if undo_op is not None:
+                finish_logged[u] = n_logged
+                first_xfer[u] = n_xfer
+            destinations(u, du, devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, latency_us,
+                         bandwidth_bytes_per_us, dest_duration, dest_delay, dest_bytes)
             for dv in range(n_dev):
                 duration = dest_duration[dv]
                 if duration < 0.0:
@@ -365,7 +377,7 @@ def simulate_schedule(
     s = initial_state(in_degree, devices, latency_us.shape[0], edge_dst.shape[0])
     advance(succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, op_time_us, devices, priority, latency_us,
             bandwidth_bytes_per_us, comm_model, op_gap_us, send_overhead_us, recv_overhead_us, s, -1,
-            None, None, None)
+            None, None, None, None, None)
     return schedule_of(s)
 
 

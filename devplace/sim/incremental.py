@@ -26,11 +26,12 @@ from numba import njit
 
 from devplace.errors import PlacementError
 from devplace.sim import engine
-from devplace.sim.engine import N_DISPATCHED, N_EVENTS, N_LOGGED, advance, queue_layout
+from devplace.sim.engine import N_DISPATCHED, N_EVENTS, N_LOGGED, N_XFER, advance, destinations, queue_layout
 from devplace.sim.result import SimResult
 from devplace.sim.simulator import Simulator
 
-CHECKPOINT_EVERY = 32   # dispatches between checkpoints: a move re-runs at most this many more than it must
+CHECKPOINT_EVERY = 64   # dispatches between checkpoints: a move re-runs at most this many more than it must (32 and 128
+                        # cost more to record on GNMT-8's 36k coarse ops)
 HEAP_AT, QUEUE_AT = 5, 6   # Checkpoints.count columns after the engine's counters: where its heap and queues are
 
 
@@ -92,7 +93,8 @@ def _save(s, ck, j, heap_time, heap_key, queue_prio, queue_op):
 
 
 @njit(cache=True)
-def _restore(s, ck, j, devices, undo_op, undo_ready, undo_cause, heap_time, heap_key, queue_prio, queue_op):
+def _restore(s, ck, j, devices, undo_op, undo_ready, undo_cause, finish_logged, first_xfer, heap_time, heap_key,
+             queue_prio, queue_op):
     """Take ``s`` back to checkpoint row ``j``, its ready queues laid out for ``devices`` (the moved ops
     are in none yet). Start, finish and transfers after it need no undoing: the run writes them again."""
     for p in range(s.counters[N_LOGGED] - 1, ck.count[j, N_LOGGED] - 1, -1):
@@ -125,7 +127,8 @@ def _restore(s, ck, j, devices, undo_op, undo_ready, undo_cause, heap_time, heap
 @njit(cache=True)
 def _run_recorded(succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, op_time_us, devices, priority,
                   latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us, send_overhead_us, recv_overhead_us,
-                  s, ck, n_rows, every, undo_op, undo_ready, undo_cause, heap_time, heap_key, queue_prio, queue_op):
+                  s, ck, n_rows, every, undo_op, undo_ready, undo_cause, finish_logged, first_xfer, heap_time, heap_key,
+                  queue_prio, queue_op):
     """Run ``s`` to the end, checkpointing every ``every`` dispatches from row ``n_rows`` on; returns the
     rows now valid and the buffers."""
     while True:
@@ -134,21 +137,72 @@ def _run_recorded(succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, op_t
             n_rows += 1
         if not advance(succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, op_time_us, devices, priority,
                        latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us, send_overhead_us, recv_overhead_us,
-                       s, n_rows * every, undo_op, undo_ready, undo_cause):
+                       s, n_rows * every, undo_op, undo_ready, undo_cause, finish_logged, first_xfer):
             return n_rows, heap_time, heap_key, queue_prio, queue_op
 
 
 @njit(cache=True)
-def _first_dependent_us(moved, pred_ptr, pred_edge, edge_src, finish):
-    """The earliest time the run reads a moved op's device: its first producer's finish (-inf: an op
-    without inputs, queued at time 0)."""
+def _sends_alike(u, old_devices, new_devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, latency_us,
+                 bandwidth_bytes_per_us):
+    """Whether op ``u`` (not moved) sends the same transfers under both placements when it finishes."""
+    n_dev = latency_us.shape[0]
+    before = (np.full(n_dev, -1.0), np.zeros(n_dev), np.zeros(n_dev))
+    after = (np.full(n_dev, -1.0), np.zeros(n_dev), np.zeros(n_dev))
+    du = old_devices[u]
+    destinations(u, du, old_devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, latency_us,
+                 bandwidth_bytes_per_us, before[0], before[1], before[2])
+    destinations(u, du, new_devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, latency_us,
+                 bandwidth_bytes_per_us, after[0], after[1], after[2])
+    for d in range(n_dev):
+        if before[0][d] != after[0][d] or before[1][d] != after[1][d] or before[2][d] != after[2][d]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _restart_us(moved, old_devices, new_devices, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst,
+                edge_bytes, edge_fixed_us, latency_us, bandwidth_bytes_per_us, finish, finish_logged):
+    """The earliest time the run reads a moved op's device in a way ``_fix_arrivals`` cannot patch: the
+    op is queued on its device when its last input arrives (an op without inputs at time 0: -inf), and
+    a producer that sends other transfers because of the move does so when it finishes."""
     first = np.inf
     for v in moved:
         if pred_ptr[v] == pred_ptr[v + 1]:
             return -np.inf
+        last, last_logged = np.inf, -1
         for k in range(pred_ptr[v], pred_ptr[v + 1]):
-            first = min(first, finish[edge_src[pred_edge[k]]])
+            u = edge_src[pred_edge[k]]
+            if finish_logged[u] > last_logged:
+                last, last_logged = finish[u], finish_logged[u]
+            if finish[u] < first and (old_devices[u] != new_devices[u] or not _sends_alike(
+                    u, old_devices, new_devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us,
+                    latency_us, bandwidth_bytes_per_us)):
+                first = finish[u]
+        first = min(first, last)
     return first
+
+
+@njit(cache=True)
+def _fix_arrivals(s, moved, logged, devices, pred_ptr, pred_edge, edge_src, finish, finish_logged, first_xfer):
+    """After going back to a state with ``logged`` log entries: the arrival (ready, cause) of each moved
+    op from the producers that finished before it, on its new device, as the engine would have found
+    it. Those producers send the same transfers (``_restart_us``), so each arrival is one of them."""
+    for v in moved:
+        producers = edge_src[pred_edge[pred_ptr[v]:pred_ptr[v + 1]]]
+        producers = producers[finish_logged[producers] < logged]
+        ready, cause = 0.0, -1
+        for u in producers[np.argsort(finish_logged[producers])]:   # in the order they finished
+            arrival = finish[u]
+            if devices[u] != devices[v]:
+                x = first_xfer[u]
+                while x < s.counters[N_XFER] and s.xfer_op[x] == u:
+                    if s.xfer_dst[x] == devices[v]:
+                        arrival = s.xfer_end[x]
+                    x += 1
+            if arrival > ready or cause < 0:
+                ready, cause = arrival, u
+        s.ready[v] = ready
+        s.cause[v] = cause
 
 
 class IncrementalSimulator:
@@ -168,7 +222,8 @@ class IncrementalSimulator:
         self.every = checkpoint_every
         n, n_dev = g.n_ops, c.n_devices
         self._state = engine.initial_state(sim.in_degree, self.devices, n_dev, g.n_edges)
-        self._undo = (np.empty(g.n_edges, np.int64), np.empty(g.n_edges), np.empty(g.n_edges, np.int64))
+        self._undo = (np.empty(g.n_edges, np.int64), np.empty(g.n_edges), np.empty(g.n_edges, np.int64),
+                      np.zeros(n, np.int64), np.zeros(n, np.int64))
         rows = n // checkpoint_every + 2
         self._checkpoints = Checkpoints(np.zeros((rows, 7), np.int64), np.zeros(rows),
                                         np.zeros((rows, n_dev + 2, n_dev)), np.zeros((rows, 2, n_dev)),
@@ -200,12 +255,18 @@ class IncrementalSimulator:
         moved = ops[self.devices[ops] != device]
         if not len(moved):
             return self.step_time_us
-        g = self.sim.graph
-        first_us = _first_dependent_us(moved, g.pred_ptr, g.pred_edge, g.edge_src, self._state.finish)
+        g, c = self.sim.graph, self.sim.cluster
+        new_devices = self.devices.copy()
+        new_devices[moved] = device
+        first_us = _restart_us(moved, self.devices, new_devices, g.pred_ptr, g.pred_edge, g.edge_src, g.succ_ptr,
+                               g.succ_edge, g.edge_dst, g.edge_bytes, g.edge_fixed_us, c.latency_us,
+                               c.bandwidth_bytes_per_us, self._state.finish, self._undo[3])
         # the last checkpoint taken strictly before that time (row 0, at time 0, always qualifies)
         row = max(int(np.searchsorted(self._checkpoints.now[:self._rows], first_us, side="left")) - 1, 0)
-        self.devices[moved] = device
+        self.devices = new_devices
         _restore(self._state, self._checkpoints, row, self.devices, *self._undo, *self._buffers)
+        _fix_arrivals(self._state, moved, self._checkpoints.count[row, N_LOGGED], self.devices, g.pred_ptr,
+                      g.pred_edge, g.edge_src, self._state.finish, self._undo[3], self._undo[4])
         self._rows = row + 1
         self.resimulated_ops += n - row * self.every
         self._run()
