@@ -24,6 +24,7 @@ def assert_same(incremental: IncrementalSimulator, full) -> None:
                   "first_overflow_op"):
         np.testing.assert_array_equal(getattr(got, field), getattr(full, field), err_msg=field)
     assert got.oom_devices == full.oom_devices
+    np.testing.assert_array_equal(incremental.peak_memory_bytes, full.peak_memory_bytes)
 
 
 @st.composite

@@ -90,7 +90,7 @@ class PlacementEnv:
         if self.memory_is_ample:
             peak = self._ample_peak(incremental.devices)
         else:
-            peak = incremental.result().peak_memory_bytes
+            peak = incremental.peak_memory_bytes
         return self._outcomes(np.array([step]), peak[None])
 
     def _ample_peak(self, devices: np.ndarray) -> np.ndarray:

@@ -282,6 +282,11 @@ class IncrementalSimulator:
         """Per op, its start in the current run (a view: the next move changes it)."""
         return self._state.start
 
+    @property
+    def peak_memory_bytes(self) -> np.ndarray:
+        """Per device, the current run's peak memory: ``result().peak_memory_bytes`` without copying the run."""
+        return self.sim.memory_of(self.devices, engine.schedule_of(self._state))[3]
+
     def result(self) -> SimResult:
         """The current placement's full result (memory included), as ``Simulator.run`` gives it."""
         schedule = tuple(array.copy() for array in engine.schedule_of(self._state))
