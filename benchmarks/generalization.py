@@ -194,7 +194,7 @@ def training_episode(net, ug, refresh, start, incremental: bool, max_steps: int 
     from devplace.learn import placeto_policy as pp
     from devplace.learn.placeto import PlacetoOptions
 
-    options = PlacetoOptions(max_units=ug.n_units, incremental=incremental)
+    options = PlacetoOptions(max_units=ug.n_units, incremental_from_units=0 if incremental else ug.n_units + 1)
     evaluate, moves = ug.env.evaluate, [0]
 
     def counted(unit_devices):

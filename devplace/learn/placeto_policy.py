@@ -177,8 +177,8 @@ def run_episode(net: PlacetoNet, ug: UnitGraph, refresh: int, options: PlacetoOp
     edges = torch.from_numpy(np.stack([ug.edge_src, ug.edge_dst]))
     episode = Episode(actions=np.empty(n, dtype=np.int64), fresh=np.empty((n, n_fresh(n_dev)), dtype=np.float32),
                       segments=[])
-    # a training episode simulates after every move: incrementally, from the start's run, unless told not to
-    incremental = ug.env.incremental(devices) if sample and options.incremental else None
+    # a training episode simulates after every move: incrementally, from the start's run, where that pays
+    incremental = ug.env.incremental(devices) if sample and n >= options.incremental_from_units else None
     with torch.no_grad():
         for t in range(n):
             if t % refresh == 0:
