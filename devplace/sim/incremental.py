@@ -4,11 +4,14 @@ A placer that moves one unit at a time and asks for the step time after each mov
 training episodes) would otherwise pay a whole simulation per move. ``IncrementalSimulator`` keeps
 the run of its current placement, with a checkpoint of the engine's state
 (``engine.EngineState``'s device clocks, ready queues, event heap and channels) every
-``checkpoint_every`` dispatches and an undo log of the ops' arrived inputs. Nothing the run did
-before a moved op's first producer finishes depends on the op's device (that finish is where its
-arrival on its device is computed; an op without inputs is queued at time 0), so ``move`` takes the
-run back to the last checkpoint strictly before that time and runs it on from there, on the new
-devices. The result equals a full simulation float for float (``tests/test_incremental.py``).
+``checkpoint_every`` dispatches and an undo log of the ops' arrived inputs. The run reads a moved
+op's device when its producers finish (what they send, and when it arrives) and when its last input
+arrives (the ready queue it joins; time 0 for an op without inputs). ``move`` takes the run back to
+the last checkpoint strictly before the earliest of those reads that the move changes beyond the
+op's own arrival: the op joining a queue, or a producer that now sends other transfers. A producer
+that sends the same transfers has only delivered to another device: that arrival is patched on the
+restored state (``_fix_arrivals``). Then the run goes on from there, on the new devices. The result
+equals a full simulation float for float (``tests/test_incremental.py``).
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
