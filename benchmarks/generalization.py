@@ -15,7 +15,8 @@ For every held-out graph, as ratios to one device (lower is better): Placeto zer
 shipped policy, fine-tuned (``--finetune-samples``), trained from scratch on that graph alone with
 the same budget and with ``--large-samples``, beside m-SCT+opt, expert and sim-search. Then the
 wall time of one placing episode (greedy, no per-step simulation) and of one training episode (a
-simulation per step) for 100, 1,000 and 10,000 units. Writes
+simulation per step: incremental, and whole simulations, in the same run) for 100, 1,000 and 10,000
+units. Writes
 ``benchmarks/results/generalization.json``.
 """
 
@@ -55,7 +56,8 @@ ZOO_FAMILIES = {
 BASELINES = ("m-sct+opt", "expert", "sim-search")
 TIMING_GRAPH = "zoo:gnmt:layers=8"          # enough ops for 10,000 units
 TIMING_UNITS = (100, 1000, 10000)
-TRAINING_TIMED_UNITS = 1000    # above it a training episode (a simulation per unit) is units x one_simulation_ms
+FULL_TIMED_UNITS = 1000        # above it the whole-simulation training episode is timed for its first steps
+FULL_TIMED_STEPS = 300
 
 
 USE_ZOO_FAMILIES = False        # set by --families: devplace.zoo.families instead of ZOO_FAMILIES
@@ -180,7 +182,43 @@ def cross_family(samples: int) -> list[dict]:
     return rows
 
 
+class _Stopped(Exception):
+    """Raised to end a timed episode after its first steps."""
+
+
+def training_episode(net, ug, refresh, start, incremental: bool, max_steps: int | None = None) -> tuple[float, object]:
+    """(seconds, Episode) of one seeded training episode's moves and simulations (no gradient), from ``start``;
+    with ``max_steps`` (whole simulations only) it stops after that many moves: (seconds, None)."""
+    import torch
+
+    from devplace.learn import placeto_policy as pp
+    from devplace.learn.placeto import PlacetoOptions
+
+    options = PlacetoOptions(max_units=ug.n_units, incremental_from_units=0 if incremental else ug.n_units + 1)
+    evaluate, moves = ug.env.evaluate, [0]
+
+    def counted(unit_devices):
+        moves[0] += 1
+        if moves[0] > max_steps:
+            raise _Stopped
+        return evaluate(unit_devices)
+
+    if max_steps is not None:
+        ug.env.evaluate = counted      # the whole-simulation episode evaluates once per move
+    began = time.perf_counter()
+    try:
+        episode = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0), start)
+    except _Stopped:
+        episode = None
+    finally:
+        vars(ug.env).pop("evaluate", None)
+    return time.perf_counter() - began, episode
+
+
 def episode_timings() -> list[dict]:
+    """Per unit count: a placing episode, and a training episode with incremental and with whole simulations
+    (same seed, same start: the same moves), in the same run; above ``FULL_TIMED_UNITS`` units the
+    whole-simulation episode is timed for its first ``FULL_TIMED_STEPS`` moves and extrapolated."""
     import torch
 
     from devplace.learn import placeto_policy as pp
@@ -204,17 +242,31 @@ def episode_timings() -> list[dict]:
         began = time.perf_counter()
         ug.env.evaluate(np.zeros((1, ug.n_units), dtype=np.int64))
         one_simulation_s = time.perf_counter() - began
-        row = {"graph": TIMING_GRAPH, "ops": graph.n_ops, "units": ug.n_units, "coarse_ops": ug.env.graph.n_ops,
+        n_ops = ug.env.graph.n_ops
+        row = {"graph": TIMING_GRAPH, "ops": graph.n_ops, "units": ug.n_units, "coarse_ops": n_ops,
+               "memory_is_ample": ug.env.memory_is_ample, "start": start.algo,
                "prepare_s": round(prepare_s, 3), "placing_episode_s": round(placing_s, 3),
                "placing_simulations": placing.simulations, "one_simulation_ms": round(1e3 * one_simulation_s, 2),
-               "load": open("/proc/loadavg").read().split()[:3]}
-        if ug.n_units <= TRAINING_TIMED_UNITS:
-            began = time.perf_counter()
-            training = pp.run_episode(net, ug, refresh, options, torch.Generator().manual_seed(0), start)
-            log_p, entropy = pp.log_probs(net, ug, training)
-            (log_p.sum() + entropy.sum()).backward()
-            row |= {"training_episode_s": round(time.perf_counter() - began, 3),
-                    "training_simulations": training.simulations}
+               "load_before": open("/proc/loadavg").read().split()[:3]}
+        incremental_s, episode = training_episode(net, ug, refresh, start, incremental=True)
+        began = time.perf_counter()
+        log_p, entropy = pp.log_probs(net, ug, episode)
+        (log_p.sum() + entropy.sum()).backward()
+        row |= {"training_simulations": episode.simulations, "backward_s": round(time.perf_counter() - began, 3),
+                "incremental_episode_s": round(incremental_s, 3),
+                "incremental_full_simulation_equivalents": round(episode.simulated_ops / n_ops, 1),
+                "mean_resimulated_fraction": round((episode.simulated_ops - n_ops) / (ug.n_units * n_ops), 4),
+                "moves_that_changed_a_device": int((episode.actions != start.unit_devices).sum())}
+        if ug.n_units <= FULL_TIMED_UNITS:
+            full_s, full = training_episode(net, ug, refresh, start, incremental=False)
+            row |= {"full_episode_s": round(full_s, 3), "full_episode_timed_steps": ug.n_units,
+                    "same_costs": full.costs_s == episode.costs_s}
+        else:
+            full_s, _ = training_episode(net, ug, refresh, start, incremental=False, max_steps=FULL_TIMED_STEPS)
+            full_s *= ug.n_units / FULL_TIMED_STEPS
+            row |= {"full_episode_s": round(full_s, 1), "full_episode_timed_steps": FULL_TIMED_STEPS}
+        row |= {"full_over_incremental": round(full_s / incremental_s, 2),
+                "load_after": open("/proc/loadavg").read().split()[:3]}
         print(json.dumps(row), flush=True)
         out.append(row)
     return out

@@ -1,5 +1,6 @@
 """Placeto: learns a family, places an unseen member zero-shot, ships a policy, refuses a wrong device count."""
 
+import csv
 import json
 
 import numpy as np
@@ -87,6 +88,32 @@ def test_same_seed_same_policy_and_placement(tmp_path):
     (a, pa), (b, pb), (c, _) = runs
     assert all(torch.equal(a[k], b[k]) for k in a) and pa == pb
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("memory_bytes", [8 * 2**30, 1.5e7])   # ample (step time only), and binding (memory too)
+def test_incremental_episodes_train_the_same_policy_bit_for_bit(tmp_path, memory_bytes):
+    """Training episodes re-simulate each move incrementally (above ``incremental_from_units``): the same seed
+    gives the same parameters and the same log as whole simulations, and the incremental ones simulate fewer ops."""
+    cluster = uniform_cluster(3, bandwidth_bytes_per_us=1e4, latency_us=5.0, memory_bytes=memory_bytes)
+    graphs = [ladder(seed) for seed in range(3)]
+    runs = {}
+    for incremental in (True, False):
+        path = tmp_path / f"{incremental}.pt"
+        options = PlacetoOptions(start="random", incremental_from_units=0 if incremental else 10**9,
+                                 log=str(tmp_path / f"{incremental}.csv"))
+        train_policy(graphs, cluster, path, samples=300, seed=5, options=options)
+        with open(tmp_path / f"{incremental}.csv") as log:
+            rows = [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(log)]
+        runs[incremental] = (torch.load(path, weights_only=True)["state"], rows)
+    (fast, fast_log), (whole, whole_log) = runs[True], runs[False]
+    assert all(torch.equal(fast[k], whole[k]) for k in fast) and fast_log == whole_log and len(fast_log) > 10
+    from devplace.learn import placeto_policy as pp
+
+    ug = unit_graph(graphs[0], cluster)
+    episodes = [pp.run_episode(pp.PlacetoNet(3), ug, 1, PlacetoOptions(incremental_from_units=limit),
+                               torch.Generator().manual_seed(0), pp.Start("random")) for limit in (0, 10**9)]
+    assert episodes[0].costs_s == episodes[1].costs_s
+    assert episodes[0].simulated_ops < episodes[1].simulated_ops == episodes[1].simulations * ug.env.graph.n_ops
 
 
 def test_a_policy_for_another_device_count_is_refused(family_policy):

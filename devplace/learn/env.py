@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from devplace.sim import Simulator
+from devplace.sim import IncrementalSimulator, Simulator
 
 GIB = 2**30
 
@@ -54,8 +54,10 @@ class PlacementEnv:
         self.unit_of = np.ascontiguousarray(unit_of, dtype=np.int64)
         self.n_units = int(self.unit_of.max()) + 1 if len(self.unit_of) else 0
         self.sim = Simulator(graph, cluster)
-        need = graph.persistent_bytes + graph.output_bytes + graph.temp_bytes
-        self.memory_is_ample = float(need.sum()) <= float(cluster.memory_bytes.min())
+        self._need_bytes = graph.persistent_bytes + graph.output_bytes + graph.temp_bytes
+        self.memory_is_ample = float(self._need_bytes.sum()) <= float(cluster.memory_bytes.min())
+        self._unit_ops = np.argsort(self.unit_of, kind="stable")   # unit i's ops: _unit_ops[ptr[i]:ptr[i + 1]]
+        self._unit_ptr = np.searchsorted(self.unit_of[self._unit_ops], np.arange(self.n_units + 1))
 
     def expand(self, unit_devices: np.ndarray) -> np.ndarray:
         """(K, U) devices per unit -> (K, ops) devices per op."""
@@ -66,15 +68,35 @@ class PlacementEnv:
         k, n_dev = len(devices), self.cluster.n_devices
         step = np.empty(k)
         peak = np.empty((k, n_dev))
-        need = self.graph.persistent_bytes + self.graph.output_bytes + self.graph.temp_bytes
         for i, row in enumerate(devices):
             if self.memory_is_ample:
                 step[i] = self.sim.step_time_us(row)
-                peak[i] = np.bincount(row, weights=need, minlength=n_dev)
+                peak[i] = self._ample_peak(row)
             else:
                 result = self.sim.run(row)
                 step[i] = result.step_time_us
                 peak[i] = result.peak_memory_bytes
+        return self._outcomes(step, peak)
+
+    def incremental(self, unit_devices: np.ndarray) -> IncrementalSimulator:
+        """A run of one placement (U devices per unit) that ``move_unit`` changes a unit at a time."""
+        return IncrementalSimulator(self.graph, self.cluster, self.expand(np.asarray(unit_devices)[None])[0])
+
+    def move_unit(self, incremental: IncrementalSimulator, unit: int, device: int) -> Outcomes:
+        """Move ``unit`` to ``device`` in ``incremental`` and give what ``evaluate`` gives of its placement
+        (the same floats), re-simulating only from where the move can change the step."""
+        lo, hi = self._unit_ptr[unit], self._unit_ptr[unit + 1]
+        step = incremental.move(self._unit_ops[lo:hi], device)
+        if self.memory_is_ample:
+            peak = self._ample_peak(incremental.devices)
+        else:
+            peak = incremental.peak_memory_bytes
+        return self._outcomes(np.array([step]), peak[None])
+
+    def _ample_peak(self, devices: np.ndarray) -> np.ndarray:
+        return np.bincount(devices, weights=self._need_bytes, minlength=self.cluster.n_devices)
+
+    def _outcomes(self, step: np.ndarray, peak: np.ndarray) -> Outcomes:
         over = np.maximum(peak - self.cluster.memory_bytes, 0.0).sum(axis=1)
         return Outcomes(step_us=step, peak_memory_bytes=peak, oom=over > 0, over_bytes=over)
 

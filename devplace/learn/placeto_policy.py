@@ -46,6 +46,7 @@ from devplace.learn.placeto import (NAME, SCRATCH, PlacetoOptions, Start, UnitGr
                                     shipped_policy_path, start_placement, step_cost_s, unit_graph)
 from devplace.learn.train import one_thread, seeded
 from devplace.placement import Placement
+from devplace.sim import IncrementalSimulator
 from devplace.sim import simulate as simulate_graph
 
 FORMAT = "devplace-placeto-policy/2"   # 2: memory per device among the head's inputs
@@ -127,24 +128,29 @@ class Episode:
     segments: list                      # (first step, node features) per refresh
     costs_s: list = field(default_factory=list)   # cost before the first step, then after each (training)
     simulations: int = 0
+    simulated_ops: int = 0              # dispatches those simulations made (less than simulations x ops: incremental)
     best_cost_s: float = math.inf       # of the states simulated that fit memory
     best_step_us: float = math.inf
     best_devices: np.ndarray | None = None
     least_over_bytes: float = math.inf
 
 
-def simulate(ug: UnitGraph, devices: np.ndarray, options: PlacetoOptions, episode: Episode, with_start: bool):
-    """Simulate the unit placement on the coarse graph; keep the best that fits; (cost, start fraction or None)."""
+def simulate(ug: UnitGraph, devices: np.ndarray, options: PlacetoOptions, episode: Episode, with_start: bool,
+             incremental: IncrementalSimulator | None = None, moved: int = -1):
+    """Simulate the unit placement on the coarse graph; keep the best that fits; (cost, start fraction or None).
+    With ``incremental`` (the run of ``devices``, but for unit ``moved`` when it is not a refresh) nothing is
+    simulated again but what moving that unit can change: the same figures."""
     episode.simulations += 1
     if with_start:
-        result = ug.env.sim.run(ug.env.expand(devices[None])[0])
+        result = incremental.result() if incremental is not None else ug.env.sim.run(ug.env.expand(devices[None])[0])
         step_us = result.step_time_us
         over = float(np.maximum(result.peak_memory_bytes - ug.cluster.memory_bytes, 0.0).sum())
         start = np.full(ug.n_units, np.inf)
         np.minimum.at(start, ug.env.unit_of, result.start_us)
         start_fraction = start / max(step_us, 1e-9)
     else:
-        outcome = ug.env.evaluate(devices[None])
+        outcome = (ug.env.evaluate(devices[None]) if incremental is None
+                   else ug.env.move_unit(incremental, moved, int(devices[moved])))
         step_us, over, start_fraction = float(outcome.step_us[0]), float(outcome.over_bytes[0]), None
     cost = float(step_cost_s(step_us, over, options))
     episode.least_over_bytes = min(episode.least_over_bytes, over)
@@ -171,10 +177,12 @@ def run_episode(net: PlacetoNet, ug: UnitGraph, refresh: int, options: PlacetoOp
     edges = torch.from_numpy(np.stack([ug.edge_src, ug.edge_dst]))
     episode = Episode(actions=np.empty(n, dtype=np.int64), fresh=np.empty((n, n_fresh(n_dev)), dtype=np.float32),
                       segments=[])
+    # a training episode simulates after every move: incrementally, from the start's run, where that pays
+    incremental = ug.env.incremental(devices) if sample and n >= options.incremental_from_units else None
     with torch.no_grad():
         for t in range(n):
             if t % refresh == 0:
-                cost, start_fraction = simulate(ug, devices, options, episode, with_start=True)
+                cost, start_fraction = simulate(ug, devices, options, episode, with_start=True, incremental=incremental)
                 if t == 0:
                     episode.costs_s.append(cost)
                 x = torch.from_numpy(node_features(ug, devices, t, start_fraction))
@@ -195,9 +203,12 @@ def run_episode(net: PlacetoNet, ug: UnitGraph, refresh: int, options: PlacetoOp
             need[action] += ug.need_bytes[t]
             devices[t] = action
             if sample:
-                episode.costs_s.append(simulate(ug, devices, options, episode, with_start=False)[0])
+                episode.costs_s.append(simulate(ug, devices, options, episode, with_start=False,
+                                                incremental=incremental, moved=t)[0])
     if not sample:
         simulate(ug, devices, options, episode, with_start=False)   # the final state
+    n_ops = ug.env.graph.n_ops
+    episode.simulated_ops = episode.simulations * n_ops if incremental is None else n_ops + incremental.resimulated_ops
     return episode
 
 

@@ -9,6 +9,7 @@ from importlib import import_module
 _ENTRY_POINTS = {
     "SimResult": "devplace.sim.result",
     "Simulator": "devplace.sim.simulator",
+    "IncrementalSimulator": "devplace.sim.incremental",
     "simulate": "devplace.sim.simulator",
     "chrome_trace": "devplace.sim.trace",
     "write_chrome_trace": "devplace.sim.trace",

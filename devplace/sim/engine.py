@@ -28,6 +28,8 @@ Everything is plain arrays so numba compiles it once (cached on disk) and a call
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -109,6 +111,25 @@ def _release(d, now, send_owed_us, recv_owed_us, paying_recv, device_busy, dispa
     return n_events, n_pending
 
 
+@njit(cache=True, inline="always")
+def destinations(u, du, devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, latency_us,
+                 bandwidth_bytes_per_us, dest_duration, dest_delay, dest_bytes):
+    """What op ``u`` on ``du`` sends when it finishes: per other device holding a consumer, the longest
+    edge's (duration, delay) and the most bytes, written into ``dest_*`` (duration -1: nothing sent)."""
+    for k in range(succ_ptr[u], succ_ptr[u + 1]):
+        e = succ_edge[k]
+        dv = devices[edge_dst[e]]
+        if dv == du:
+            continue
+        duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, dv],
+                                      bandwidth_bytes_per_us[du, dv])
+        if duration > dest_duration[dv]:
+            dest_duration[dv] = duration
+            dest_delay[dv] = delay
+        if edge_bytes[e] > dest_bytes[dv]:
+            dest_bytes[dv] = edge_bytes[e]
+
+
 @njit(cache=True)
 def devices_in_range(devices, n_dev):
     """True if every device index is in [0, n_dev): the event loop does not check bounds."""
@@ -118,69 +139,115 @@ def devices_in_range(devices, n_dev):
     return True
 
 
-@njit(cache=True)
-def simulate_schedule(
-    succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, in_degree,
-    op_time_us, devices, priority, latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us,
-    send_overhead_us, recv_overhead_us,
-):
-    """Run the event loop. Returns per-op start/finish/ready/cause/previous-on-device arrays and
-    the transfers (producer op, source device, destination device, start, end, bytes)."""
-    n = devices.shape[0]
-    n_dev = latency_us.shape[0]
-    start = np.zeros(n)
-    finish = np.zeros(n)
-    ready = np.zeros(n)
-    cause = np.full(n, -1, np.int64)          # the input whose arrival made the op ready
-    previous_on_device = np.full(n, -1, np.int64)
-    waiting = in_degree.copy()
+class EngineState(NamedTuple):
+    """Everything the event loop carries between events, so that a run can pause after any dispatch
+    and go on later (``advance``), or go back to a saved state (``devplace.sim.incremental``).
+    ``counters`` holds events in the heap, devices asking for a dispatch, transfers, dispatches so
+    far and undo-log entries; ``clock[0]`` is the time now."""
 
-    # transfers: at most one per (producer, destination device), so at most one per edge
-    n_edges = edge_dst.shape[0]
-    xfer_op = np.empty(n_edges, np.int64)
-    xfer_src = np.empty(n_edges, np.int64)
-    xfer_dst = np.empty(n_edges, np.int64)
-    xfer_start = np.empty(n_edges)
-    xfer_end = np.empty(n_edges)
-    xfer_bytes = np.empty(n_edges)
-    n_xfer = 0
-    free_us = channel_state(n_dev)
+    start: np.ndarray
+    finish: np.ndarray
+    ready: np.ndarray
+    cause: np.ndarray                 # the input whose arrival made the op ready
+    previous_on_device: np.ndarray
+    waiting: np.ndarray               # inputs not yet arrived, per op
+    xfer_op: np.ndarray               # transfers: at most one per (producer, destination device), so per edge
+    xfer_src: np.ndarray
+    xfer_dst: np.ndarray
+    xfer_start: np.ndarray
+    xfer_end: np.ndarray
+    xfer_bytes: np.ndarray
+    free_us: np.ndarray               # channel state (``channels.channel_state``)
+    queue_base: np.ndarray            # per-device ready queues share one storage array, partitioned by op count
+    queue_prio: np.ndarray
+    queue_op: np.ndarray
+    queue_size: np.ndarray
+    device_busy: np.ndarray
+    dispatch_pending: np.ndarray
+    last_on_device: np.ndarray
+    send_owed_us: np.ndarray          # message overheads a device must pay before its next op
+    recv_owed_us: np.ndarray
+    paying_recv: np.ndarray           # whether it is paying a receive
+    event_time: np.ndarray
+    event_key: np.ndarray
+    counters: np.ndarray
+    clock: np.ndarray
+
+
+N_EVENTS, N_PENDING, N_XFER, N_DISPATCHED, N_LOGGED = 0, 1, 2, 3, 4   # EngineState.counters
+
+# event key = kind in the high bits, op below: at equal times finishes come first, then
+# arrivals, each by op index. Shifts decode it cheaper than // and %.
+STRIDE = np.int64(1) << 40
+
+
+@njit(cache=True)
+def queue_layout(devices, n_dev):
+    """Where each device's ready queue starts in the shared storage: ops per device, summed."""
+    queue_base = np.zeros(n_dev + 1, np.int64)
+    for i in range(devices.shape[0]):
+        queue_base[devices[i] + 1] += 1
+    for d in range(n_dev):
+        queue_base[d + 1] += queue_base[d]
+    return queue_base
+
+
+@njit(cache=True)
+def initial_state(in_degree, devices, n_dev, n_edges):
+    """The state at time 0: nothing run, the ops without inputs arriving."""
+    n = devices.shape[0]
+    # pending arrivals (one per op at most) + one finish or free per device + one received per transfer
+    capacity = n + n_dev + n_edges + 1
+    s = EngineState(
+        np.zeros(n), np.zeros(n), np.zeros(n), np.full(n, -1, np.int64), np.full(n, -1, np.int64), in_degree.copy(),
+        np.empty(n_edges, np.int64), np.empty(n_edges, np.int64), np.empty(n_edges, np.int64),
+        np.empty(n_edges), np.empty(n_edges), np.empty(n_edges),
+        channel_state(n_dev), queue_layout(devices, n_dev), np.empty(max(n, 1)), np.empty(max(n, 1), np.int64),
+        np.zeros(n_dev, np.int64), np.zeros(n_dev, np.bool_), np.zeros(n_dev, np.bool_), np.full(n_dev, -1, np.int64),
+        np.zeros(n_dev), np.zeros(n_dev), np.zeros(n_dev, np.bool_),
+        np.empty(capacity), np.empty(capacity, np.int64), np.zeros(5, np.int64), np.zeros(1),
+    )
+    n_events = 0
+    for i in range(n):
+        if in_degree[i] == 0:
+            n_events = _heap_push(s.event_time, s.event_key, 0, n_events, 0.0, EVENT_ARRIVE * STRIDE + i)
+    s.counters[N_EVENTS] = n_events
+    return s
+
+
+@njit(cache=True)
+def advance(
+    succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us,
+    op_time_us, devices, priority, latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us,
+    send_overhead_us, recv_overhead_us, s, stop_after, undo_op, undo_ready, undo_cause, finish_logged, first_xfer,
+):
+    """Run the event loop from state ``s`` until the step ends (returns False) or until the
+    ``stop_after``-th dispatch has been made (returns True; -1: never).
+
+    With an undo log (``undo_*``, one entry per edge; None: none, compiled out), each change to an op's arrived
+    inputs is logged first, and per op where its finish begins in the log and in the transfers
+    (``finish_logged``, ``first_xfer``), so ``devplace.sim.incremental`` can take the run back to an earlier state."""
+    start, finish, ready, cause, previous_on_device, waiting = (
+        s.start, s.finish, s.ready, s.cause, s.previous_on_device, s.waiting)
+    xfer_op, xfer_src, xfer_dst, xfer_start, xfer_end, xfer_bytes = (
+        s.xfer_op, s.xfer_src, s.xfer_dst, s.xfer_start, s.xfer_end, s.xfer_bytes)
+    free_us, queue_base, queue_prio, queue_op, queue_size = (
+        s.free_us, s.queue_base, s.queue_prio, s.queue_op, s.queue_size)
+    device_busy, dispatch_pending, last_on_device = s.device_busy, s.dispatch_pending, s.last_on_device
+    send_owed_us, recv_owed_us, paying_recv = s.send_owed_us, s.recv_owed_us, s.paying_recv
+    event_time, event_key = s.event_time, s.event_key
+    n_events, n_pending, n_xfer, n_dispatched, n_logged = (
+        s.counters[N_EVENTS], s.counters[N_PENDING], s.counters[N_XFER], s.counters[N_DISPATCHED],
+        s.counters[N_LOGGED])
+    now = s.clock[0]
+    n_dev = latency_us.shape[0]
+    stride = STRIDE
     dest_duration = np.full(n_dev, -1.0)
     dest_delay = np.zeros(n_dev)
     dest_bytes = np.zeros(n_dev)
     dest_arrival = np.zeros(n_dev)
 
-    # per-device ready queues share one storage array, partitioned by op count per device
-    queue_base = np.zeros(n_dev + 1, np.int64)
-    for i in range(n):
-        queue_base[devices[i] + 1] += 1
-    for d in range(n_dev):
-        queue_base[d + 1] += queue_base[d]
-    queue_prio = np.empty(max(n, 1))
-    queue_op = np.empty(max(n, 1), np.int64)
-    queue_size = np.zeros(n_dev, np.int64)
-    device_busy = np.zeros(n_dev, np.bool_)
-    dispatch_pending = np.zeros(n_dev, np.bool_)
-    last_on_device = np.full(n_dev, -1, np.int64)
-    # message overheads a device must pay before its next op, and whether it is paying a receive
-    send_owed_us = np.zeros(n_dev)
-    recv_owed_us = np.zeros(n_dev)
-    paying_recv = np.zeros(n_dev, np.bool_)
-
-    # event key = kind in the high bits, op below: at equal times finishes come first, then
-    # arrivals, each by op index. Shifts decode it cheaper than // and %.
-    stride = np.int64(1) << 40
-    # pending arrivals (one per op at most) + one finish or free per device + one received per transfer
-    capacity = n + n_dev + n_edges + 1
-    event_time = np.empty(capacity)
-    event_key = np.empty(capacity, np.int64)
-    n_events = 0
-    for i in range(n):
-        if waiting[i] == 0:
-            n_events = _heap_push(event_time, event_key, 0, n_events, 0.0, EVENT_ARRIVE * stride + i)
-
-    now = 0.0
-    n_pending = 0
+    paused = False
     while True:
         if n_pending > 0 and (n_events == 0 or event_time[0] > now):
             # Dispatches at `now` run after every finish and arrival at `now`, lowest device first.
@@ -199,6 +266,10 @@ def simulate_schedule(
             last_on_device[d] = v
             device_busy[d] = True
             n_events = _heap_push(event_time, event_key, 0, n_events, finish[v], EVENT_FINISH * stride + v)
+            n_dispatched += 1
+            if n_dispatched == stop_after:
+                paused = True
+                break
             continue
         if n_events == 0:
             break
@@ -208,19 +279,11 @@ def simulate_schedule(
         if kind == EVENT_FINISH:
             u = item
             du = devices[u]
-            # one transfer per destination device holding a consumer of u
-            for k in range(succ_ptr[u], succ_ptr[u + 1]):
-                e = succ_edge[k]
-                dv = devices[edge_dst[e]]
-                if dv == du:
-                    continue
-                duration, delay = transfer_us(edge_bytes[e], edge_fixed_us[e], latency_us[du, dv],
-                                              bandwidth_bytes_per_us[du, dv])
-                if duration > dest_duration[dv]:
-                    dest_duration[dv] = duration
-                    dest_delay[dv] = delay
-                if edge_bytes[e] > dest_bytes[dv]:
-                    dest_bytes[dv] = edge_bytes[e]
+            if undo_op is not None:
+                finish_logged[u] = n_logged
+                first_xfer[u] = n_xfer
+            destinations(u, du, devices, succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, latency_us,
+                         bandwidth_bytes_per_us, dest_duration, dest_delay, dest_bytes)
             for dv in range(n_dev):
                 duration = dest_duration[dv]
                 if duration < 0.0:
@@ -249,6 +312,11 @@ def simulate_schedule(
                 v = edge_dst[succ_edge[k]]
                 dv = devices[v]
                 arrival = now if dv == du else dest_arrival[dv]
+                if undo_op is not None:
+                    undo_op[n_logged] = v
+                    undo_ready[n_logged] = ready[v]
+                    undo_cause[n_logged] = cause[v]
+                    n_logged += 1
                 if arrival > ready[v] or cause[v] < 0:
                     ready[v] = arrival
                     cause[v] = u
@@ -289,10 +357,38 @@ def simulate_schedule(
             n_events, n_pending = _release(item, now, send_owed_us, recv_owed_us, paying_recv, device_busy,
                                            dispatch_pending, event_time, event_key, n_events, n_pending, key)
 
+    s.counters[N_EVENTS] = n_events
+    s.counters[N_PENDING] = n_pending
+    s.counters[N_XFER] = n_xfer
+    s.counters[N_DISPATCHED] = n_dispatched
+    s.counters[N_LOGGED] = n_logged
+    s.clock[0] = now
+    return paused
+
+
+@njit(cache=True)
+def simulate_schedule(
+    succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, in_degree,
+    op_time_us, devices, priority, latency_us, bandwidth_bytes_per_us, comm_model, op_gap_us,
+    send_overhead_us, recv_overhead_us,
+):
+    """Run the event loop. Returns per-op start/finish/ready/cause/previous-on-device arrays and
+    the transfers (producer op, source device, destination device, start, end, bytes)."""
+    s = initial_state(in_degree, devices, latency_us.shape[0], edge_dst.shape[0])
+    advance(succ_ptr, succ_edge, edge_dst, edge_bytes, edge_fixed_us, op_time_us, devices, priority, latency_us,
+            bandwidth_bytes_per_us, comm_model, op_gap_us, send_overhead_us, recv_overhead_us, s, -1,
+            None, None, None, None, None)
+    return schedule_of(s)
+
+
+@njit(cache=True)
+def schedule_of(s):
+    """What ``simulate_schedule`` returns, read from a finished run's state."""
+    n_xfer = s.counters[N_XFER]
     return (
-        start, finish, ready, cause, previous_on_device,
-        xfer_op[:n_xfer], xfer_src[:n_xfer], xfer_dst[:n_xfer],
-        xfer_start[:n_xfer], xfer_end[:n_xfer], xfer_bytes[:n_xfer],
+        s.start, s.finish, s.ready, s.cause, s.previous_on_device,
+        s.xfer_op[:n_xfer], s.xfer_src[:n_xfer], s.xfer_dst[:n_xfer],
+        s.xfer_start[:n_xfer], s.xfer_end[:n_xfer], s.xfer_bytes[:n_xfer],
     )
 
 

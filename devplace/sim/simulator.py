@@ -57,12 +57,12 @@ class Simulator:
             valid = (valid and type(priority) is np.ndarray and priority.dtype == np.float64
                      and priority.shape == (n,) and bool(np.isfinite(priority).all()))
         if not valid:
-            placement = self._checked(devices, priority)
+            placement = self.checked(devices, priority)
             devices, priority = placement.devices, placement.priority
         finish = self._schedule(devices, priority)[1]
         return float(finish.max()) if len(finish) else 0.0
 
-    def _checked(self, placement, priority: np.ndarray | None = None) -> Placement:
+    def checked(self, placement, priority: np.ndarray | None = None) -> Placement:
         """``placement`` (with ``priority`` instead of its own, if given), refused unless it fits."""
         placement = as_placement(placement, self.graph)
         if priority is not None:
@@ -71,16 +71,16 @@ class Simulator:
         return placement
 
     def run(self, placement) -> SimResult:
+        placement = self.checked(placement)
+        return self.result_of(placement.devices, self._schedule(placement.devices, placement.priority))
+
+    def result_of(self, devices: np.ndarray, schedule: tuple) -> SimResult:
+        """The SimResult of a schedule the engine made for ``devices`` (``engine.schedule_of``'s tuple):
+        memory accounting added. ``run`` and the incremental simulator both end here."""
         g, c = self.graph, self.cluster
-        placement = self._checked(placement)
-        devices = placement.devices
         (start, finish, ready, cause, previous, xfer_op, xfer_src, xfer_dst,
-         xfer_start, xfer_end, xfer_bytes) = self._schedule(devices, placement.priority)
-        ev_time, ev_device, ev_delta, ev_owner = engine.sorted_memory_events(*engine.memory_events(
-            g.succ_ptr, g.succ_edge, g.edge_dst, devices, c.n_devices, start, finish,
-            g.persistent_bytes, g.output_bytes, g.temp_bytes, xfer_op, xfer_dst, xfer_start, xfer_end,
-        ))
-        peak, first_overflow = engine.peak_memory(ev_device, ev_delta, ev_owner, c.n_devices, self.capacity)
+         xfer_start, xfer_end, xfer_bytes) = schedule
+        ev_time, ev_device, ev_delta, peak, first_overflow = self.memory_of(devices, schedule)
         return SimResult(
             graph=g, cluster=c, devices=devices,
             start_us=start, finish_us=finish, ready_us=ready, cause=cause, previous_on_device=previous,
@@ -90,6 +90,18 @@ class Simulator:
             peak_memory_bytes=peak, first_overflow_op=first_overflow,
             memory_event_time_us=ev_time, memory_event_device=ev_device, memory_event_delta=ev_delta,
         )
+
+    def memory_of(self, devices: np.ndarray, schedule: tuple) -> tuple:
+        """(event time, device, delta, peak per device, first overflowing op per device) of a schedule."""
+        g, c = self.graph, self.cluster
+        start, finish, xfer_op, xfer_dst, xfer_start, xfer_end = (schedule[0], schedule[1], schedule[5], schedule[7],
+                                                                  schedule[8], schedule[9])
+        ev_time, ev_device, ev_delta, ev_owner = engine.sorted_memory_events(*engine.memory_events(
+            g.succ_ptr, g.succ_edge, g.edge_dst, devices, c.n_devices, start, finish,
+            g.persistent_bytes, g.output_bytes, g.temp_bytes, xfer_op, xfer_dst, xfer_start, xfer_end,
+        ))
+        peak, first_overflow = engine.peak_memory(ev_device, ev_delta, ev_owner, c.n_devices, self.capacity)
+        return ev_time, ev_device, ev_delta, peak, first_overflow
 
 
 CACHE_PAIRS = 8  # (graph, cluster) pairs whose arrays are kept: a search uses one, compare a few
