@@ -283,7 +283,9 @@ def slow_second_half() -> dp.OpGraph:
     return two_chains(6, {"fast": 100.0, "slow": 1000.0})
 
 
-@pytest.mark.parametrize("algo, options, fit", [("colocrl", FAST, 0.9), ("hp", HP_FAST | dict(tanh_constant=0.0), 0.7)])
+# fit floors well above an untrained policy's 1/2, with room for the CPU: ColocRL's fit was 0.898 on one
+# machine and above 0.9 on another with the same seed (MKL's kernels differ by instruction set)
+@pytest.mark.parametrize("algo, options, fit", [("colocrl", FAST, 0.85), ("hp", HP_FAST | dict(tanh_constant=0.0), 0.7)])
 def test_warm_start_is_cloned_and_never_lost(algo, options, fit):
     """The policy cloned from the warm start gives its choices high probability (an untrained one: 1/2 per
     device, 1/8 per group); the learner returns a placement at least as fast as the warm start and says
