@@ -15,10 +15,11 @@ One REINFORCE update, as both ColocRL and the Hierarchical Planner train:
 
 devplace's variant adds, as options the papers leave at zero: advantages divided by the standard
 deviation of the update's rewards (``normalize_advantage``), an entropy bonus (``entropy_weight``), and
-a warm start (``init``): an algorithmic placer's placement, simulated once, is cloned into the policy
-by teacher forcing (``init_updates`` steps of maximum likelihood, no simulation) before REINFORCE
-starts, as GDP and DOPPLER start from a heuristic; the learner returns the warm start itself, and
-says so, if none of its samples beats it.
+a warm start (``init``): the fastest of some placers' placements, each simulated once, is cloned into
+the policy by teacher forcing (``init_updates`` steps of maximum likelihood, no simulation) before
+REINFORCE starts, as GDP and DOPPLER start from a heuristic; the learner returns the warm start
+itself, and says so, if none of its samples beats it. With ``deviate_from=best`` the samples are the
+best placement so far with a few groups moved (``explore_around``), a policy-guided local search.
 
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
