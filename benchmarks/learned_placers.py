@@ -8,9 +8,12 @@ against samples and against wall-clock seconds, beside the final step times of s
 m-SCT+opt and sim-search.
 
 ``--config`` picks the learners' options: ``paper`` (the papers' and the public code's defaults) or
-``devplace`` (``DEVPLACE``: a warm start cloned from the faster of expert and m-SCT+opt, then
-REINFORCE sampling at temperature 0.5 with normalised advantages; see docs/learning.md). Rows of one configuration are kept
-when the other is run (``colocrl`` and ``colocrl/devplace`` in the JSON).
+``devplace`` (``DEVPLACE``: a warm start from the fastest of expert, m-SCT+opt and single, then
+REINFORCE sampling deviations from the best placement so far, with boundary shifts and normalised
+advantages; see docs/learning.md). Rows of one configuration are kept when the other is run
+(``colocrl`` and ``colocrl/devplace`` in the JSON). ``learning_table`` keeps a warm-started run's
+start, its best sample and what it returns apart, and says whether the best sample beat the start,
+random search at the same number of samples and the algorithmic placers, and how far it is from sim-search.
 
     .venv/bin/python benchmarks/learned_placers.py                          # every model, 2000 samples
     .venv/bin/python benchmarks/learned_placers.py --quick                  # the two bundled graphs, 200 samples
@@ -45,12 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_papers import PAPER_GPU_FRACTION, PRESET, RESULTS, cached_graph  # noqa: E402
 
 LEARNERS = ("colocrl", "hp")
-WARM_STARTS = ("expert", "m-sct+opt")
-# devplace's variant (docs/learning.md): options beside the warm start, per learner
+# devplace's variant's warm start: the fastest of these algorithmic placers (never sim-search: a learner
+# refining sim-search's placement would be another claim than one beating it)
+WARM_STARTS = "expert,m-sct+opt,single"
+# devplace's variant (docs/learning.md): options beside the warm start, per learner; samples deviate from the
+# best placement so far, and cloning is short (the policy then only steers which units move, and where)
 DEVPLACE = {
-    "colocrl": dict(init_updates=300, deviations=2.0, learning_rate=0.001, normalize_advantage=True),
-    "hp": dict(init_updates=300, deviations=1.0, position_features=64, tanh_constant=0.0, learning_rate=0.001,
-               noise_updates=0, normalize_advantage=True),
+    "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,
+                    normalize_advantage=True),
+    "hp": dict(init_updates=50, deviations=1.0, deviate_from="best", boundary_moves=1.0, position_features=64,
+               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True),
 }
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
@@ -99,13 +106,12 @@ def random_search(graph, cluster, samples: int, time_budget_s: float | None) -> 
     return {"best_step_us": best, "curve": thinned(curve)}
 
 
-def learner_options(algo: str, config: str, baselines: dict) -> dict:
+def learner_options(algo: str, config: str) -> dict:
     """The options of ``algo`` under ``config``: none for the papers' defaults; for devplace's variant,
-    ``DEVPLACE`` and a warm start from the faster of ``WARM_STARTS`` on this model."""
+    ``DEVPLACE`` and a warm start from the fastest of ``WARM_STARTS`` on this model."""
     if config == "paper":
         return {}
-    fastest = min((b for b in WARM_STARTS if "step_us" in baselines[b]), key=lambda b: baselines[b]["step_us"])
-    return DEVPLACE[algo] | {"init": fastest}
+    return DEVPLACE[algo] | {"init": WARM_STARTS}
 
 
 def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None, options: dict) -> dict:
@@ -122,7 +128,8 @@ def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None
     run = {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
            "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1),
            "options": options, "date": time.strftime("%Y-%m-%d")}
-    figures = ("init_step_us", "init_fit", "init_updates_done", "learned_step_us", "returned")
+    figures = ("init", "init_candidates", "init_step_us", "init_fit", "init_updates_done", "learned_step_us",
+               "returned")
     return run | {key: placed.options[key] for key in figures if key in placed.options}
 
 
@@ -227,6 +234,35 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def best_at(curve: list, samples: int) -> float:
+    """A best-so-far curve's value after ``samples`` placements (inf before its first that fits)."""
+    return min((point[2] for point in curve if point[0] <= samples), default=math.inf)
+
+
+def learning_table(results: dict, config: str = "devplace") -> str:
+    """Per warm-started run: its start, its best sample and what it returned, kept apart, and whether the
+    best sample beat the start, random search at the same number of samples, expert and m-SCT+opt, and how far
+    it is from sim-search (ms; "-": not run or no rule)."""
+    head = ["model", "learner", "warm start", "samples", "best sample", "returned", "beat start",
+            "random (same samples)", "beat random", "expert", "m-sct+opt", "sim-search", "returned vs sim-search"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, entry in results.items():
+        for algo in LEARNERS:
+            run = entry.get(run_label(algo, config), {})
+            if "init_candidates" not in run:    # runs of this table's version only
+                continue
+            base = {b: entry["baselines"][b].get("step_us") for b in BASELINES}
+            random_us = best_at(entry["random"]["curve"], run["samples"])
+            best, returned = run["learned_step_us"], run["best_step_us"]
+            ms = lambda us: f"{us / 1e3:.2f}" if us is not None and math.isfinite(us) else "-"  # noqa: E731
+            lines.append("| " + " | ".join([
+                MODELS[name][0], algo, f"{run['init']} {ms(run['init_step_us'])}", f"{run['samples']:,}",
+                ms(best), f"{ms(returned)} ({run['returned']})", "yes" if best < run["init_step_us"] else "no",
+                ms(random_us), "yes" if best < random_us else "no", ms(base["expert"]), ms(base["m-sct+opt"]),
+                ms(base["sim-search"]), f"{100 * (returned / base['sim-search'] - 1):+.1f}%"]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
@@ -260,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in results:
             plot(name, results[name])
         print(table({n: results[n] for n in results if n in MODELS}))
+        print(learning_table({n: results[n] for n in results if n in MODELS}))
         return 0
     for name in names:
         graph, cluster = graph_and_cluster(name)
@@ -278,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         for algo in [a.strip() for a in args.learners.split(",") if a.strip()]:
             label = run_label(algo, args.config)
             entry[label] = learner(graph, cluster, algo, samples, args.time_budget_s,
-                                   learner_options(algo, args.config, entry["baselines"]))
+                                   learner_options(algo, args.config))
             run = entry[label]
             print(f"  {label}: {run.get('best_step_us', math.nan) / 1e3:.2f} ms in {run['seconds']} s "
                   f"{run.get('error', '')} (init {run.get('init_step_us', math.nan) / 1e3:.2f} ms, "
@@ -291,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(path, json.dumps(results, indent=1, default=float) + "\n")
         plot(name, entry)
     print(table({n: results[n] for n in results if n in MODELS}))
+    print(learning_table({n: results[n] for n in results if n in MODELS}))
     return 0
 
 

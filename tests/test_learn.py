@@ -306,10 +306,25 @@ def test_warm_start_is_cloned_and_never_lost(algo, options, fit):
     assert "init_step_us" not in untrained.options
 
 
-def test_warm_start_refuses_a_search_or_a_learner():
-    for init in ("sim-search", "colocrl", "no-such-placer"):
-        with pytest.raises(DevplaceError, match=f"init='{init}' must be an algorithmic placer"):
+def test_warm_start_refuses_a_learner():
+    for init in ("colocrl", "expert,hp", "no-such-placer"):
+        with pytest.raises(DevplaceError, match="init='(colocrl|hp|no-such-placer)' must be an algorithmic placer"):
             dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, init=init, **FAST)
+
+
+def test_warm_start_is_the_fastest_of_several_placers_and_says_which():
+    """init as a list: each candidate is simulated (and counted in the budget), the fastest that fits is
+    cloned and named; sim-search is accepted when named, and the figures then say the start is sim-search's."""
+    g, cluster = slow_second_half(), fast_and_slow()
+    times = {a: dp.simulate(g, cluster, dp.place(g, cluster, algo=a)).step_time_us
+             for a in ("accelerate-auto", "round-robin", "single")}
+    assert times["single"] < min(times["accelerate-auto"], times["round-robin"])
+    placed = dp.place(g, cluster, algo="colocrl", seed=0, samples=5, init="accelerate-auto,round-robin,single",
+                      init_updates=2, **FAST)
+    assert placed.options["init"] == "single" and placed.options["init_step_us"] == times["single"]
+    assert placed.options["init_candidates"] == times and placed.options["samples_simulated"] == 5
+    refined = dp.place(g, cluster, algo="colocrl", seed=0, samples=4, init="sim-search", init_updates=1, **FAST)
+    assert refined.options["init"] == "sim-search"
 
 
 def test_entropy_bonus_and_normalised_advantage_change_the_update(tmp_path):
@@ -388,3 +403,58 @@ def test_exploring_around_the_greedy_decode_moves_few_units_and_credits_only_the
     policy.deviation_rate = 0.0
     ordinary = policy(features, k, torch.Generator().manual_seed(4)).actions
     assert (ordinary != ordinary[0]).sum(1).float().mean() > 20
+
+
+def test_deviating_from_the_best_so_far_moves_around_it_not_the_greedy_decode(monkeypatch):
+    """deviate_from=best: every sample is the best placement so far (the warm start until a sample beats it)
+    with a few groups moved, where the greedy decode of an uncloned policy is far from it."""
+    g, cluster = slow_second_half(), fast_and_slow()
+    start = dp.place(g, cluster, algo="accelerate-auto").devices
+    start_us = dp.simulate(g, cluster, start).step_time_us
+    evaluate, batches = PlacementEnv.evaluate, []
+
+    def spy(self, unit_devices):
+        outcomes = evaluate(self, unit_devices)
+        batches.append((np.asarray(unit_devices)[:, self.unit_of], outcomes.step_us))
+        return outcomes
+
+    monkeypatch.setattr(PlacementEnv, "evaluate", spy)
+
+    def moved_from_best_so_far(**extra):
+        batches.clear()
+        placed = dp.place(g, cluster, algo="colocrl", seed=0, samples=41, init="accelerate-auto", init_updates=0,
+                          deviations=1.0, learning_rate=0.0, **(FAST | extra))
+        best, best_us, moved = start, start_us, []
+        for rows, step_us in batches:
+            moved += [(row != best).sum() for row in rows]
+            i = int(np.argmin(step_us))
+            if step_us[i] < best_us:
+                best, best_us = rows[i], step_us[i]
+        return np.array(moved), placed
+
+    around_best, placed = moved_from_best_so_far(deviate_from="best")
+    around_greedy, _ = moved_from_best_so_far()
+    assert np.median(around_best) <= 4 and around_best.max() <= 12, around_best
+    assert around_greedy[:4].min() > 10, around_greedy      # the first batch: the start is the best so far
+    assert placed.options["step_us"] <= start_us
+
+
+def test_boundary_moves_shift_the_cut_between_devices():
+    """boundary_moves: a sample moves a group beside a cut to the other side's device, so a split that is
+    one group off the optimum is fixed in a few samples, where deviations alone (same count, random groups)
+    rarely pick that group."""
+    import torch
+
+    from devplace.learn.train import boundary_shifts
+
+    centre = np.array([0, 0, 0, 1, 1, 1, 1])
+    preset = boundary_shifts(centre, 200, 1.0, torch.Generator().manual_seed(0)).numpy()
+    moved = preset >= 0
+    assert moved.sum(1).max() == 1 and 0.5 < moved.any(1).mean() <= 1.0
+    assert set(np.flatnonzero(moved.any(0))) == {2, 3}                     # only the groups beside the cut
+    assert set(preset[:, 2][preset[:, 2] >= 0]) == {1} and set(preset[:, 3][preset[:, 3] >= 0]) == {0}
+    assert boundary_shifts(np.zeros(5, dtype=np.int64), 4, 1.0, torch.Generator()) is None
+    with pytest.raises(DevplaceError, match="boundary_moves needs deviate_from=best"):
+        dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, boundary_moves=1.0, **FAST)
+    with pytest.raises(DevplaceError, match="deviate_from='worst' must be greedy or best"):
+        dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, deviate_from="worst", **FAST)

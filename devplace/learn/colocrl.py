@@ -23,12 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devplace.learn.features import N_FEATURES, capped_units, unit_features
+import numpy as np
+
+from devplace.learn.features import N_FEATURES, capped_units, unit_features, unit_majority
 from devplace.learn.options import LearnerOptions
 from devplace.placers import register
 from devplace.placers._memory import check_can_fit
+from devplace.placers._moves import Units
 from devplace.placers.options import option
-from devplace.transforms.coplacement import coplacement_groups
+from devplace.transforms.coplacement import colocation_units, coplacement_groups
 
 NAME = "colocrl"
 
@@ -57,24 +60,36 @@ def colocrl_groups(graph, max_groups: int):
 def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOptions()):
     import torch
 
-    from devplace.learn.nets import Seq2SeqPlacer
-    from devplace.learn.train import reinforce, seeded
+    from devplace.learn.nets import Sample, Seq2SeqPlacer
+    from devplace.learn.train import explore_around, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
-    units = colocrl_groups(graph, options.max_groups)
-    features = torch.from_numpy(unit_features(graph, units.unit_of))
+    groups = colocrl_groups(graph, options.max_groups)
+    # the simulator sees colocation units (each inside one group), so a centre finer than the groups
+    # (deviate_from=best, a warm start the capped groups cannot hold) is kept exactly
+    units = Units.from_labels(graph, colocation_units(graph))
+    group_of_unit = np.empty(units.n_units, dtype=np.int64)
+    group_of_unit[units.unit_of] = groups.unit_of
+    features = torch.from_numpy(unit_features(graph, groups.unit_of))
+    n_devices = cluster.n_devices
     with seeded(seed):
-        policy = Seq2SeqPlacer(N_FEATURES, cluster.n_devices, options.hidden_size, bidirectional=False,
+        policy = Seq2SeqPlacer(N_FEATURES, n_devices, options.hidden_size, bidirectional=False,
                                tanh_constant=options.tanh_constant, temperature=options.temperature,
-                               deviation_rate=min(1.0, options.deviations / units.n_units))
+                               deviation_rate=min(1.0, options.deviations / groups.n_units))
 
     anchor = []    # the cloned warm start: with option deviations, the decoder is fed it instead of its own choices
 
-    def sample(k, generator, noise_std):
+    def sample(k, generator, noise_std, around):
+        if around is not None:
+            return explore_around(around, group_of_unit, n_devices, groups.n_units, k, generator,
+                                  options.boundary_moves,
+                                  lambda fed, preset: policy(features, k, generator, fed=fed, around=fed, preset=preset))
         fed = anchor[0].expand(k, -1) if anchor and options.deviations > 0 else None
-        return policy(features, k, generator, noise_std, fed=fed)
+        drawn = policy(features, k, generator, noise_std, fed=fed)
+        return Sample(drawn.actions[:, group_of_unit], drawn.log_prob, drawn.entropy)
 
     def clone(targets):
+        targets = torch.from_numpy(unit_majority(targets.numpy(), group_of_unit, n_devices, groups.n_units))
         anchor[:] = [targets]
         return policy(features, 1, None, 0.0, forced=targets.unsqueeze(0)).log_prob[0]
 

@@ -62,7 +62,7 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     import torch
 
     from devplace.learn.nets import Grouper, Sample, Seq2SeqPlacer, group_features
-    from devplace.learn.train import reinforce, seeded
+    from devplace.learn.train import explore_around, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
     ops = Units.from_labels(graph, colocation_units(graph))    # what the Grouper assigns: ops, colocation whole
@@ -83,7 +83,13 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
 
     anchor = []    # the cloned warm start's device per group: with option deviations, fed to the Placer's decoder
 
-    def sample(k, generator, noise_std):
+    def sample(k, generator, noise_std, around):
+        if around is not None:     # deviate_from=best: around the best placement so far, the greedy grouping's groups
+            groups = grouper(op_features, generator, greedy=True).actions[0]
+            embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
+            return explore_around(around, groups.numpy(), cluster.n_devices, n_groups, k, generator,
+                                  options.boundary_moves,
+                                  lambda fed, preset: placer(embedded, k, generator, fed=fed, around=fed, preset=preset))
         parts = []
         for share in np.array_split(np.arange(k), min(options.groupings_per_update, k)):
             grouping = grouper(op_features, generator, noise_std, greedy=options.deviations > 0)

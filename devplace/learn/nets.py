@@ -44,22 +44,28 @@ def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float, fo
     return choice, log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1), entropy
 
 
-def _deviate(logits: torch.Tensor, generator: torch.Generator, rate: float):
-    """devplace's exploration around the greedy decode: per row, the argmax device, or with probability
-    ``rate`` another device drawn from the policy without its argmax. Returns (choice, the greedy device to
-    feed back, log-probability, entropy); the log-probability counts deviations only, so an update credits
-    the units where a sample differs from the greedy decode and no others. Feeding back the greedy device
-    keeps one deviation from cascading; the learners feed the warm start instead where there is one (its
-    greedy decode cascades too: a cloned decoder copies its previous device and misses the one unit where the
-    warm start switches device)."""
+def _deviate(logits: torch.Tensor, center: torch.Tensor, moves: float, generator: torch.Generator,
+             preset: torch.Tensor | None = None) -> Sample:
+    """devplace's exploration around a centre placement (the greedy decode, or the best placement so far):
+    logits (K, N, devices) and centre (K, N). About ``moves`` units per row move to another device drawn from
+    the policy without the centre's; which units move is the policy's too, each in proportion to the
+    probability it gives a device other than the centre's, so an update teaches it where to move as well as
+    where to. ``preset`` (K, N; -1 where none) forces moves chosen elsewhere (boundary shifts). The
+    log-probability counts moved units only, so an update credits them and no others."""
     log_p = F.log_softmax(logits, dim=-1)
-    greedy = log_p.argmax(-1)
-    others = log_p.detach().exp().scatter(-1, greedy.unsqueeze(-1), 0.0) + 1e-12
-    other = torch.multinomial(others, 1, generator=generator).squeeze(-1)
-    moved = torch.rand(greedy.shape, generator=generator) < rate
-    choice = torch.where(moved, other, greedy)
+    p = log_p.detach().exp()
+    off = (1.0 - p.gather(-1, center.unsqueeze(-1)).squeeze(-1)).clamp_min(1e-6)
+    rate = (moves * off / off.sum(1, keepdim=True)).clamp_max(1.0)
+    moved = torch.rand(center.shape, generator=generator) < rate
+    others = p.scatter(-1, center.unsqueeze(-1), 0.0) + 1e-12
+    other = torch.multinomial(others.reshape(-1, p.shape[-1]), 1, generator=generator).view(center.shape)
+    choice = torch.where(moved, other, center)
+    if preset is not None:
+        shifted = preset >= 0
+        choice, moved = torch.where(shifted, preset, choice), moved | shifted
     entropy = -(log_p.exp() * log_p).sum(-1)
-    return choice, greedy, log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1) * moved, entropy
+    chosen = log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1) * moved
+    return Sample(choice, chosen.sum(1), entropy.mean(1))
 
 
 class Seq2SeqPlacer(nn.Module):
@@ -67,7 +73,7 @@ class Seq2SeqPlacer(nn.Module):
     embedding of its previous choice) with additive attention over the encoded units; device logits
     bounded to +-``tanh_constant`` if it is > 0 (HP's public code: 1.0), so no device is ever ruled out,
     then, when sampling, divided by ``temperature``. With ``deviation_rate`` > 0 a sample is the greedy
-    decode with each unit moved, with that probability, to another device (``_deviate``)."""
+    decode (or a given centre) with about that share of its units moved to another device (``_deviate``)."""
 
     def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float,
                  temperature: float = 1.0, deviation_rate: float = 0.0):
@@ -86,15 +92,19 @@ class Seq2SeqPlacer(nn.Module):
         self.output = nn.Linear(2 * hidden, n_devices)
 
     def forward(self, features: torch.Tensor, k: int, generator: torch.Generator, noise_std: float = 0.0,
-                forced: torch.Tensor | None = None, fed: torch.Tensor | None = None) -> Sample:
+                forced: torch.Tensor | None = None, fed: torch.Tensor | None = None,
+                around: torch.Tensor | None = None, preset: torch.Tensor | None = None) -> Sample:
         """K device sequences for the (N, features) units; given ``forced`` (K, N), their log-probabilities,
-        and when sampling, its own choices; ``fed`` (K, N), if given, is fed as the previous devices instead."""
+        and when sampling, its own choices; ``fed`` (K, N), if given, is fed as the previous devices instead.
+        Exploring (``deviation_rate`` > 0 or ``around`` given): deviations around ``around`` (K, N), or around
+        the greedy decode without it, plus the ``preset`` moves (``_deviate``)."""
         encoded, (h, c) = self.encoder(torch.tanh(self.embed(features)).unsqueeze(0))
         memory = self.attend_memory(encoded).expand(k, -1, -1)
         h = h.transpose(0, 1).reshape(1, -1).expand(k, -1)       # both directions' last states side by side
         c = c.transpose(0, 1).reshape(1, -1).expand(k, -1)
         previous = torch.full((k,), self.n_devices, dtype=torch.long)
-        actions, log_probs, entropies = [], [], []
+        exploring = forced is None and (self.deviation_rate > 0 or around is not None)
+        actions, log_probs, entropies, all_logits = [], [], [], []
         for i in range(features.shape[0]):
             h, c = self.decoder(self.device_embed(previous), (h, c))
             scores = self.attend_score(torch.tanh(memory + self.attend_query(h).unsqueeze(1))).squeeze(-1)
@@ -104,15 +114,19 @@ class Seq2SeqPlacer(nn.Module):
                 logits = torch.tanh(logits) * self.tanh_constant
             if forced is None:
                 logits = logits / self.temperature    # sampling only: a clone fits the untempered policy
-            if forced is None and self.deviation_rate > 0:
-                choice, previous, log_p, entropy = _deviate(logits, generator, self.deviation_rate)
-                previous = previous if fed is None else fed[:, i]
-            else:
-                choice, log_p, entropy = _draw(logits, generator, noise_std, None if forced is None else forced[:, i])
-                previous = choice if fed is None else fed[:, i]
+            if exploring:     # the decoder never sees a deviation: fed the centre or its own greedy choice
+                all_logits.append(logits)
+                previous = logits.detach().argmax(-1) if fed is None else fed[:, i]
+                continue
+            choice, log_p, entropy = _draw(logits, generator, noise_std, None if forced is None else forced[:, i])
+            previous = choice if fed is None else fed[:, i]
             actions.append(choice)
             log_probs.append(log_p)
             entropies.append(entropy)
+        if exploring:
+            logits = torch.stack(all_logits, 1)
+            center = logits.detach().argmax(-1) if around is None else around
+            return _deviate(logits, center, self.deviation_rate * features.shape[0], generator, preset)
         return Sample(torch.stack(actions, 1), torch.stack(log_probs, 1).sum(1), torch.stack(entropies, 1).mean(1))
 
 

@@ -50,8 +50,15 @@ class LearnerOptions:
     deviations: float = option(0.0, "if > 0: explore around the greedy decode, each sample moving this many units "
                                     "on average to another device, credited to those units only (devplace's "
                                     "variant; the papers sample every unit)")
-    init: str = option("", "warm start: clone this algorithmic placer's placement (e.g. expert, m-sct+opt) "
-                           "before REINFORCE, and return it if no sample beats it")
+    deviate_from: str = option("greedy", "what option deviations and boundary_moves move units from: greedy (the "
+                                         "policy's greedy decode) or best (the best placement so far, the warm "
+                                         "start until a sample beats it; devplace's variant)")
+    boundary_moves: float = option(0.0, "with deviate_from=best: each sample also shifts about this many boundaries "
+                                        "between consecutive groups on different devices by one group (devplace's "
+                                        "variant)")
+    init: str = option("", "warm start: clone the fastest placement of these placers (comma-separated, e.g. "
+                           "expert,m-sct+opt,single; sim-search only when named) before REINFORCE, and return "
+                           "it if no sample beats it")
     init_updates: int = option(200, "behaviour-cloning updates of the warm start (teacher forcing, no simulation)")
     init_learning_rate: float = option(0.01, "Adam learning rate while cloning the warm start")
 

@@ -15,10 +15,11 @@ One REINFORCE update, as both ColocRL and the Hierarchical Planner train:
 
 devplace's variant adds, as options the papers leave at zero: advantages divided by the standard
 deviation of the update's rewards (``normalize_advantage``), an entropy bonus (``entropy_weight``), and
-a warm start (``init``): an algorithmic placer's placement, simulated once, is cloned into the policy
-by teacher forcing (``init_updates`` steps of maximum likelihood, no simulation) before REINFORCE
-starts, as GDP and DOPPLER start from a heuristic; the learner returns the warm start itself, and
-says so, if none of its samples beats it.
+a warm start (``init``): the fastest of some placers' placements, each simulated once, is cloned into
+the policy by teacher forcing (``init_updates`` steps of maximum likelihood, no simulation) before
+REINFORCE starts, as GDP and DOPPLER start from a heuristic; the learner returns the warm start
+itself, and says so, if none of its samples beats it. With ``deviate_from=best`` the samples are the
+best placement so far with a few groups moved (``explore_around``), a policy-guided local search.
 
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
@@ -90,6 +91,8 @@ class _State:
     init_devices: np.ndarray | None = None
     init_fit: float | None = None             # after cloning: the policy's mean probability of the warm start's choices
     init_updates_done: int = 0                # cloning steps taken (fewer than init_updates if the time budget ran out)
+    init_source: str | None = None            # the placer whose placement is the warm start (the fastest of option init)
+    init_candidates: dict = dataclasses.field(default_factory=dict)   # each init placer's step time (None: overflows)
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -122,31 +125,38 @@ def _load(path, identity, policy, optimizer, generator) -> _State:
     return _State(**saved["state"])
 
 
-def warm_start(name: str, graph, cluster, init: str, seed: int) -> np.ndarray:
-    """Per op, the device the algorithmic placer ``init`` gives (never a search or a learner: a learner
-    must not pass off another search's result as its own)."""
+def warm_start(name: str, graph, cluster, init: str, seed: int) -> dict[str, np.ndarray]:
+    """Per placer named in ``init`` (comma-separated), the device per op it gives. Algorithmic placers and
+    sim-search only: a learner must not pass off another learner's result as its own; with sim-search among
+    them, the learner refines sim-search's placement and its figures say so (``init``)."""
     from devplace.placers import available
     from devplace.portfolio import place   # the portfolio parses ALGO+opt; a learner that runs a placer sits beside it
 
-    base = init.split("+")[0]
-    info = available().get(base)
-    if info is None or base == "sim-search" or not info.by_default:
-        raise DevplaceError(f"{name}: option init={init!r} must be an algorithmic placer such as expert or "
-                            f"m-sct+opt (not a search or a learner)")
-    return np.asarray(place(graph, cluster, algo=init, seed=seed).devices, dtype=np.int64)
+    specs = [spec.strip() for spec in init.split(",") if spec.strip()]
+    for spec in specs:
+        info = available().get(spec.split("+")[0])
+        if info is None or not info.by_default:
+            raise DevplaceError(f"{name}: option init={spec!r} must be an algorithmic placer such as expert or "
+                                f"m-sct+opt, or sim-search (not a learner)")
+    return {spec: np.asarray(place(graph, cluster, algo=spec, seed=seed).devices, dtype=np.int64) for spec in specs}
 
 
 def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed, deadline: float) -> None:
-    """Simulate the warm start once and fit the policy to it by teacher forcing (deterministic: no sampling),
-    stopping early at ``deadline`` (``time.perf_counter()``; the time budget covers cloning too)."""
+    """Simulate each warm-start candidate once, keep the fastest that fits, and fit the policy to it by teacher
+    forcing (deterministic: no sampling), stopping early at ``deadline`` (``time.perf_counter()``; the time
+    budget covers cloning too)."""
     from devplace.sim import Simulator
 
-    devices = warm_start(name, graph, cluster, options.init, seed)
-    result = Simulator(graph, cluster).run(devices)
-    state.samples += 1
-    if not result.oom_devices:
-        state.init_step_us, state.init_devices = float(result.step_time_us), devices
-    targets = torch.from_numpy(unit_majority(devices, unit_of, cluster.n_devices))
+    simulator = Simulator(graph, cluster)
+    for spec, devices in warm_start(name, graph, cluster, options.init, seed).items():
+        result = simulator.run(devices)
+        state.samples += 1
+        state.init_candidates[spec] = None if result.oom_devices else float(result.step_time_us)
+        if not result.oom_devices and (state.init_step_us is None or result.step_time_us < state.init_step_us):
+            state.init_step_us, state.init_devices, state.init_source = float(result.step_time_us), devices, spec
+    if state.init_devices is None:
+        return
+    targets = torch.from_numpy(unit_majority(state.init_devices, unit_of, cluster.n_devices))
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.init_learning_rate)
     for _ in range(options.init_updates):
         if time.perf_counter() >= deadline:
@@ -160,6 +170,49 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
         state.init_updates_done += 1
     with torch.no_grad():
         state.init_fit = math.exp(float(clone(targets)) / len(targets))
+
+
+def centre(state: _State, unit_of: np.ndarray, n_devices: int) -> np.ndarray | None:
+    """Option deviate_from=best: the best placement so far per unit (the warm start until a sample beats it;
+    None before either exists, and the learner then deviates from its greedy decode)."""
+    if state.best_units is not None and (state.init_step_us is None or state.best_step_us < state.init_step_us):
+        return state.best_units
+    if state.init_devices is not None:
+        return unit_majority(state.init_devices, unit_of, n_devices, int(unit_of.max()) + 1)
+    return None
+
+
+def boundary_shifts(group_centre: np.ndarray, k: int, expected: float, generator: torch.Generator):
+    """(K, groups) forced moves (-1: none): each boundary between consecutive groups on different devices is
+    shifted with probability ``expected`` / boundaries, by moving the group on one side (either, evenly) to the
+    other side's device; None without boundaries. Layer-per-device splits are improved by moving their cuts,
+    which single random moves rarely do (a move inside a block adds two cuts)."""
+    cuts = torch.from_numpy(np.flatnonzero(group_centre[:-1] != group_centre[1:]))
+    if expected <= 0 or len(cuts) == 0:
+        return None
+    devices = torch.from_numpy(np.asarray(group_centre, dtype=np.int64))
+    shift = torch.rand(k, len(cuts), generator=generator) < min(1.0, expected / len(cuts))
+    left = torch.rand(k, len(cuts), generator=generator) < 0.5      # the left group takes the right's device
+    target = torch.where(left, cuts, cuts + 1)
+    device = torch.where(left, devices[cuts + 1], devices[cuts])
+    preset = torch.full((k, len(group_centre)), -1, dtype=torch.long)
+    rows = torch.arange(k).unsqueeze(1).expand_as(target)
+    preset[rows[shift], target[shift]] = device[shift]
+    return preset
+
+
+def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_devices: int, n_groups: int, k: int,
+                   generator: torch.Generator, boundary_moves: float, draw) -> Sample:
+    """Option deviate_from=best for a policy that places groups of units: ``draw(group_centre (K, G),
+    preset)`` deviates around each group's majority device of the centre; a moved group's units all take its
+    new device, every other unit keeps the centre's (so the centre is held exactly, finer than the groups)."""
+    group_centre = unit_majority(centre_units, group_of_unit, n_devices, n_groups)
+    around = torch.from_numpy(group_centre).expand(k, -1)
+    drawn = draw(around, boundary_shifts(group_centre, k, boundary_moves, generator))
+    moved = (drawn.actions != around)[:, group_of_unit]
+    actions = torch.where(moved, drawn.actions[:, group_of_unit], torch.from_numpy(centre_units).expand(k, -1))
+    return Sample(actions, drawn.log_prob, drawn.entropy)
+
 
 @dataclasses.dataclass
 class Update:
@@ -177,16 +230,18 @@ UpdateStep = Callable[[int, torch.Generator, "_State", object, Reward], Update]
 
 
 def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module,
-              sample: Callable[[int, torch.Generator, float], Sample], options: LearnerOptions,
+              sample: Callable[[int, torch.Generator, float, np.ndarray | None], Sample], options: LearnerOptions,
               seed: int, clone: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Placement:
-    """Train ``policy`` (whose ``sample(k, generator, noise_std)`` gives K device rows per unit) by
-    REINFORCE and return the best placement that fits, with the run's figures in ``Placement.options``.
+    """Train ``policy`` (whose ``sample(k, generator, noise_std, centre)`` gives K device rows per unit, around
+    ``centre`` when it is not None: option deviate_from=best) by REINFORCE and return the best placement that
+    fits, with the run's figures in ``Placement.options``.
     ``clone(targets)`` is the policy's log-probability of one device per unit (needed for option ``init``)."""
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
 
     def step(k, generator, state, rollouts, reward) -> Update:
         noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
-        drawn = sample(k, generator, noise)
+        around = centre(state, unit_of, cluster.n_devices) if options.deviate_from == "best" else None
+        drawn = sample(k, generator, noise, around)
         unit_devices = drawn.actions.numpy()
         outcomes = rollouts.evaluate(unit_devices)
         rewards = reward(outcomes)
@@ -221,6 +276,11 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
         raise DevplaceError(f"{name}: options samples and samples_per_update must be at least 1")
     if options.init and clone is None:
         raise DevplaceError(f"{name}: option init is not supported by this learner; leave it empty")
+    if options.deviate_from not in ("greedy", "best"):
+        raise DevplaceError(f"{name}: option deviate_from={options.deviate_from!r} must be greedy or best")
+    if options.boundary_moves > 0 and options.deviate_from != "best":
+        raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
+                            f"placement so far)")
     reward = Reward(options.failing_step_s, options.oom_penalty_s_per_gib)
     generator = torch.Generator().manual_seed(seed)
     identity = _identity(name, graph, cluster, seed, options)
@@ -272,7 +332,8 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                "train_s": round(state.wall_s, 3), "units": int(unit_of.max()) + 1,
                "step_us": state.best_step_us if learned else state.init_step_us}
     if options.init:
-        figures |= {"init": options.init, "init_step_us": state.init_step_us, "init_fit": state.init_fit,
+        figures |= {"init": state.init_source, "init_candidates": state.init_candidates,
+                    "init_step_us": state.init_step_us, "init_fit": state.init_fit,
                     "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
     return Placement(devices=devices, options=figures)
