@@ -165,8 +165,10 @@ class _Search:
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True, rank=step_rank)
         self.memory_is_ample = self._memory_is_ample()
-        # topological order, but an update op runs as soon as its inputs are there (``orders``)
-        self.updates_first = np.where(graph.role == Role.UPDATE, -1.0, 0.0) * graph.n_ops + graph.topo_rank
+        # topological order, but an update op runs as soon as its inputs are there (``orders``);
+        # None without update ops (an inference graph): it would be the topological order again
+        update = graph.role == Role.UPDATE
+        self.updates_first = np.where(update, -1.0, 0.0) * graph.n_ops + graph.topo_rank if update.any() else None
         self.closed_us = -math.inf      # a best at or under this ends the search (bound x (1 + closed_gap))
         self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
@@ -243,7 +245,13 @@ class _Search:
         since an update that waits for the end of the step keeps its gradient's buffer alive (a
         backward op's output dies only after its last reader, the update, has run)."""
         rank = upward_rank_us(self.graph, self.cluster, devices, self.sim.op_time_us)
-        return [("topological", None), ("upward rank", -rank), ("updates first", self.updates_first)]
+        orders = [("topological", None), ("upward rank", -rank)]
+        return orders + ([("updates first", self.updates_first)] if self.updates_first is not None else [])
+
+    def pipeline_orders(self) -> list[tuple[str, np.ndarray | None]]:
+        """The orders a pipeline start is judged in, the one that frees gradients soonest last."""
+        later = [("updates first", self.updates_first)] if self.updates_first is not None else []
+        return [("topological order", None)] + later
 
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
         """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
@@ -331,7 +339,8 @@ def _pipeline_starts(search: _Search) -> None:
     count is balanced twice, by persistent + output bytes and by ``held_bytes`` (neither wins on
     every zoo model at 30% memory), and each is cut ``pipeline_rebalance`` times, the next cut
     scaling each stage's weight by its simulated peak over its planned bytes. Each cut is judged in
-    topological order and with updates first (the order that frees gradients soonest)."""
+    topological order and, when the graph has update ops, with updates first (the order that frees
+    gradients soonest)."""
     graph, cluster = search.graph, search.cluster
     if not search.config.pipeline_starts or search.n_dev < 2 or not graph.n_ops:
         return
@@ -352,8 +361,8 @@ def _pipeline_cuts(search: _Search, weight: np.ndarray, order: np.ndarray, how: 
     for attempt in range(search.config.pipeline_rebalance):
         per_unit = pipeline_devices(units, weight, order, cluster.memory_bytes[order])
         devices = respect_colocation(search.fine, per_unit[units.unit_of])
-        search.consider(devices, None, f"{how} (cut {attempt + 1}, topological order)")
-        overflow, _, result = search.consider(devices, search.updates_first, f"{how} (cut {attempt + 1}, updates first)")
+        for name, priority in search.pipeline_orders():
+            overflow, _, result = search.consider(devices, priority, f"{how} (cut {attempt + 1}, {name})")
         search.pipeline_cuts += 1
         least = min(least, (overflow, attempt, per_unit), key=lambda x: x[0])
         planned = np.bincount(per_unit, weights=weight, minlength=search.n_dev)
@@ -375,7 +384,8 @@ def _shift_stages(search: _Search, stage: np.ndarray, weight: np.ndarray, order:
     seen = {_boundaries(stage)}
     for shift in range(search.config.pipeline_shifts):
         devices = respect_colocation(search.fine, order[stage][units.unit_of])
-        overflow, _, result = search.consider(devices, search.updates_first, f"{how} (boundaries shifted {shift + 1})")
+        name, priority = search.pipeline_orders()[-1]
+        overflow, _, result = search.consider(devices, priority, f"{how} (boundaries shifted {shift + 1}, {name})")
         if overflow == 0:
             return
         peak = result.peak_memory_bytes[order]
