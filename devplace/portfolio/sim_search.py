@@ -335,7 +335,9 @@ def _run_seed(search: _Search, spec: str) -> float | str:
 
 def _pipeline_starts(search: _Search) -> None:
     """Consecutive stages of forward ops on 2..n devices (the largest ones), backward and update ops
-    with their forward op, weights with their first reader, colocation groups whole. Each stage
+    with their forward op, colocation groups whole, each weight with its first reader and, as
+    before, all weights first in topological order (on the first stage, with their updates: GNMT
+    at 30% memory fits its fastest start, 454 ms, only so; ResNet-50 fits none so). Each stage
     count is balanced twice, by persistent + output bytes and by ``held_bytes`` (neither wins on
     every zoo model at 30% memory), and each is cut ``pipeline_rebalance`` times, the next cut
     scaling each stage's weight by its simulated peak over its planned bytes. Each cut is judged in
@@ -345,18 +347,25 @@ def _pipeline_starts(search: _Search) -> None:
     if not search.config.pipeline_starts or search.n_dev < 2 or not graph.n_ops:
         return
     largest = np.argsort(-cluster.memory_bytes, kind="stable")
-    for balance, op_bytes in (("bytes", graph.persistent_bytes + graph.output_bytes), ("held bytes", held_bytes(graph))):
-        # every group weighs something, so a stage is never empty of work
-        weight = np.maximum(np.bincount(search.leaders.unit_of, weights=op_bytes, minlength=search.leaders.n_units), 1.0)
-        for stages in range(2, search.n_dev + 1):
-            _pipeline_cuts(search, weight, np.sort(largest[:stages]), f"pipeline of {stages} stages by {balance}")
+    balances = (("bytes", graph.persistent_bytes + graph.output_bytes), ("held bytes", held_bytes(graph)))
+    topological = leader_units(graph)
+    numberings = [("", search.leaders)]
+    if not np.array_equal(topological.unit_of, search.leaders.unit_of):    # graphs with weights
+        numberings.append((", weights first", topological))
+    for numbering, units in numberings:
+        for balance, op_bytes in balances:
+            # every group weighs something, so a stage is never empty of work
+            weight = np.maximum(np.bincount(units.unit_of, weights=op_bytes, minlength=units.n_units), 1.0)
+            for stages in range(2, search.n_dev + 1):
+                _pipeline_cuts(search, units, weight, np.sort(largest[:stages]),
+                               f"pipeline of {stages} stages by {balance}{numbering}")
 
 
-def _pipeline_cuts(search: _Search, weight: np.ndarray, order: np.ndarray, how: str) -> None:
+def _pipeline_cuts(search: _Search, units: Units, weight: np.ndarray, order: np.ndarray, how: str) -> None:
     """``pipeline_rebalance`` cuts of the leader units into stages on the devices ``order``, each
     re-weighting a stage by its simulated peak (updates first) over its planned bytes; then, if
     none fits, the least overflowing one has its stage boundaries shifted (``_shift_stages``)."""
-    cluster, units = search.cluster, search.leaders
+    cluster = search.cluster
     least = (math.inf, None)
     for attempt in range(search.config.pipeline_rebalance):
         per_unit = pipeline_devices(units, weight, order, cluster.memory_bytes[order])
@@ -369,17 +378,18 @@ def _pipeline_cuts(search: _Search, weight: np.ndarray, order: np.ndarray, how: 
         ratio = np.where(planned > 0, result.peak_memory_bytes / np.maximum(planned, 1.0), 1.0)
         weight = weight * ratio[per_unit]
     if 0 < least[0] < math.inf and len(order) > 1:
-        _shift_stages(search, np.searchsorted(order, least[2]), weight, order, how)
+        _shift_stages(search, units, np.searchsorted(order, least[2]), weight, order, how)
 
 
-def _shift_stages(search: _Search, stage: np.ndarray, weight: np.ndarray, order: np.ndarray, how: str) -> None:
+def _shift_stages(search: _Search, units: Units, stage: np.ndarray, weight: np.ndarray, order: np.ndarray,
+                  how: str) -> None:
     """Pass a pipeline's overflow down the line: the most overflowing stage gives the units at its
     edge, about as many bytes as it is over, to its neighbour on the side with more room in all
     (its stages' spare bytes summed), never back to a state already judged, and again (up to
     ``pipeline_shifts`` simulator calls) until it fits. Re-weighting whole stages moves every
     boundary at once and can swing past (ResNet-50 at 30%: 4 stages 0.19-0.30 GiB over after 3-8
     re-weightings, with one stage over and two with room)."""
-    units, capacity = search.leaders, search.cluster.memory_bytes[order]
+    capacity = search.cluster.memory_bytes[order]
     stage = stage.copy()
     seen = {_boundaries(stage)}
     for shift in range(search.config.pipeline_shifts):
