@@ -2,6 +2,7 @@
 
 import logging
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -241,3 +242,63 @@ def test_backward_ops_tied_to_the_loss_follow_their_input_instead():
     units = leader_units(g)
     assert all(units.unit_of[g.index(f"g{k}")] == units.unit_of[g.index(f"f{k}")] for k in range(70))
     assert len({int(units.unit_of[g.index(f"g{k}")]) for k in range(70)}) == 70
+
+
+def _two_layer_training_graph():
+    """w0 -> f0 -> f1 (reads w1) -> loss -> b1 -> b0, each b reading its f's saved output; g1 and
+    g0 make the weights' gradients, which only the updates u1 and u0 read. A topological sort
+    lists both weights first."""
+    b = GraphBuilder(["gpu"])
+    for k in range(2):
+        b.add_op(f"w{k}", compute_us=0.0, persistent_bytes=10, role="other")
+    b.add_op("f0", compute_us=1.0, output_bytes=1000)
+    b.add_op("f1", compute_us=1.0, output_bytes=500)
+    b.add_op("loss", compute_us=1.0, output_bytes=4)
+    b.add_op("b1", compute_us=1.0, output_bytes=100, role="backward", mirror="f1")
+    b.add_op("g1", compute_us=1.0, output_bytes=2000, role="backward", mirror="f1")
+    b.add_op("b0", compute_us=1.0, output_bytes=3000, role="backward", mirror="f0")
+    b.add_op("g0", compute_us=1.0, output_bytes=10, role="backward", mirror="f0")
+    for k in range(2):
+        b.add_op(f"u{k}", compute_us=1.0, role="update")
+        b.add_edge(f"g{k}", f"u{k}", bytes=10)
+        b.add_edge(f"w{k}", f"u{k}", bytes=10)
+    for src, dst, nbytes in (("w0", "f0", 10), ("f0", "f1", 1000), ("w1", "f1", 10), ("f1", "loss", 500),
+                             ("loss", "b1", 4), ("f1", "b1", 500), ("b1", "g1", 100), ("b1", "b0", 100),
+                             ("f0", "b0", 1000), ("b0", "g0", 3000)):
+        b.add_edge(src, dst, bytes=nbytes)
+    return b.build()
+
+
+def test_step_order_puts_each_weight_just_before_its_first_reader():
+    from devplace.placers._moves import sources_late_order
+
+    g = _two_layer_training_graph()
+    names = [g.names[i] for i in sources_late_order(g)]
+    assert sorted(names) == sorted(g.names)
+    assert names.index("w1") == names.index("f1") - 1 and names.index("w0") == names.index("f0") - 1
+    assert names.index("w1") > names.index("f0")      # a topological sort would put it first
+
+
+def test_held_bytes_count_only_what_backward_and_update_ops_read_later():
+    from devplace.placers._moves import held_bytes
+
+    g = _two_layer_training_graph()
+    held = dict(zip(g.names, held_bytes(g).tolist()))
+    assert held["f0"] == 1000 and held["f1"] == 500      # saved for b0 and b1
+    assert held["w0"] == 10 + 0 and held["loss"] == 4     # persistent bytes; the loss's output is read by b1
+    assert held["b0"] == 0 and held["g1"] == 0            # gradients are short-lived
+
+
+def test_updates_first_frees_a_gradient_before_the_next_backward_op():
+    """On one device, the topological order runs b0 before u1, so g1's 2000-byte weight gradient
+    is still alive when b0 allocates its 3000; updates first runs u1 first and frees it."""
+    from devplace.portfolio.sim_search import _Search
+
+    g = _two_layer_training_graph()
+    search = _Search(g, uniform_cluster(2, memory_bytes=1e6), SearchConfig(), 0)
+    devices = np.zeros(g.n_ops, np.int64)
+    orders = dict(search.orders(devices))
+    sim = search.sim
+    peaks = {name: sim.run(dp.Placement(devices=devices, priority=orders[name])).peak_memory_bytes[0]
+             for name in ("topological", "updates first")}
+    assert peaks["updates first"] < peaks["topological"]
