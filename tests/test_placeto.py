@@ -102,16 +102,23 @@ def test_a_file_that_is_not_a_policy_is_refused(tmp_path):
         dp.place(ladder(0), CLUSTER, algo="placeto", policy=str(bad))
 
 
-def test_the_shipped_policy_loads_and_places_a_zoo_model():
+@pytest.mark.parametrize("n_devices", [4, 2])
+def test_the_shipped_policy_for_the_clusters_device_count_loads_and_places_a_zoo_model(n_devices):
     from devplace.cluster import load_cluster
     from devplace.torchcapture import profile_target
 
-    cluster = load_cluster("baechi-4x2080")
-    assert shipped_policy_path(4).stat().st_size < 4 * 2**20
+    cluster = load_cluster("baechi-4x2080").with_devices(n_devices)
+    assert shipped_policy_path(n_devices).stat().st_size < 4 * 2**20
     graph = profile_target("zoo:mlp:preset=small", cost="roofline", cluster=cluster)
     placement = dp.place(graph, cluster, algo="placeto")        # no policy option: the shipped one
-    assert placement.options["policy"].endswith("placeto-4dev.pt")
+    assert placement.options["policy"].endswith(f"placeto-{n_devices}dev.pt")
     assert dp.simulate(graph, cluster, placement).fits
+
+
+def test_a_device_count_without_a_shipped_policy_is_refused_naming_the_counts_shipped():
+    with pytest.raises(DevplaceError, match=r"no shipped policy for 3 devices \(policies are shipped for 2 and 4 "
+                                            r"devices\); train one with `devplace train placeto"):
+        dp.place(ladder(0), uniform_cluster(3), algo="placeto")
 
 
 def test_train_and_place_from_the_command_line(tmp_path):
