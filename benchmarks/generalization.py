@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_papers import RESULTS, cached_graph  # noqa: E402
 
 SEED = 0                       # the shipped policies' seed
-SHIPPED_SAMPLES = {4: 400000, 2: 150000}   # their budgets of simulated placements, by device count
+SHIPPED_SAMPLES = {4: 400000, 2: 200000}   # their budgets of simulated placements, by device count
 SHIPPED_OPTIONS = {"learning_rate": 0.003, "final_learning_rate": 0.0003, "max_units": 128}   # docs/learning.md says why
 CROSS_SAMPLES = 60000          # each across-families policy's budget (~15 minutes or less here)
 TRAIN_EVERY = 2                # the shipped policy trains on every other member of each training split
