@@ -150,12 +150,14 @@ def unit_graph(graph, cluster, max_units: int = 1000) -> UnitGraph:
 @dataclass(frozen=True)
 class Start:
     """Where an episode starts: a device per unit (None: random), and the placer's own per-op placement
-    with its simulated step time on the original graph (what a placing episode must beat)."""
+    (its devices and, for a list scheduler, its op priorities) with its simulated step time on the
+    original graph (what a placing episode must beat)."""
 
     algo: str
     unit_devices: np.ndarray | None = None
     op_devices: np.ndarray | None = None
     step_us: float = float("inf")
+    op_priority: np.ndarray | None = None
 
 
 def start_placement(ug: UnitGraph, options: PlacetoOptions, seed: int) -> Start:
@@ -178,7 +180,7 @@ def start_placement(ug: UnitGraph, options: PlacetoOptions, seed: int) -> Start:
         result = dp.simulate(ug.graph, ug.cluster, placed)
         if result.fits and result.step_time_us < best.step_us:
             units = unit_majority(placed.devices, ug.unit_of_op, ug.cluster.n_devices, ug.n_units)
-            best = Start(name, units, np.asarray(placed.devices), result.step_time_us)
+            best = Start(name, units, np.asarray(placed.devices), result.step_time_us, placed.priority)
     return best
 
 
