@@ -16,13 +16,17 @@ relative error and Spearman's rank correlation of measured vs simulated, and wha
     .venv/bin/python benchmarks/execution_fidelity.py            # ~10 minutes here
     .venv/bin/python benchmarks/execution_fidelity.py --quick    # 2 models, 3 placers, a smoke run
     .venv/bin/python benchmarks/execution_fidelity.py --quick --learners colocrl,hp --learner-samples 200
+    .venv/bin/python benchmarks/execution_fidelity.py --quick --learners placeto,colocrl,hp,mars \
+        --cluster benchmarks/results/calibrated-2cpu.toml --output benchmarks/results/execution_fidelity_learners_quick.json
 
-``--learners`` adds rows for learning placers (colocrl, hp, or any other registered learner by name),
-each trained against the simulator on the calibrated cluster for ``--learner-samples`` simulated
+``--learners`` adds rows for learning placers (colocrl, hp, placeto, or any other registered learner by
+name), each trained against the simulator on the calibrated cluster for ``--learner-samples`` simulated
 placements (seed 0; ``--learner-option KEY=VALUE`` sets more of their options, e.g. init=m-sct),
-then run for real like every other placement.
+then run for real like every other placement. Placeto places with its shipped policy for the
+cluster's device count, fine-tuned on the graph for that budget (its option ``finetune_samples``).
 
-Writes benchmarks/results/execution_fidelity.json (and the calibrated cluster beside it).
+Writes benchmarks/results/execution_fidelity.json, or ``--output`` (and the calibrated cluster
+beside the default one when it calibrates).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ MODELS = {
 }
 ALGOS = ("single", "round-robin", "random", "m-etf", "m-sct", "metis")
 RESULTS = Path(__file__).parent / "results"
+BUDGET_OPTION = {"placeto": "finetune_samples"}   # a learner whose budget of simulated placements is not `samples`
 CACHE = Path(__file__).parent / ".cache" / "execution_fidelity"  # graphs and placements of the last run
 
 
@@ -100,6 +105,8 @@ def main() -> None:
     parser.add_argument("--learner-samples", type=int, default=200, help="simulated placements each learner trains on")
     parser.add_argument("--learner-option", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of every learner (repeatable), e.g. init=m-sct")
+    parser.add_argument("--output", type=Path, default=RESULTS / "execution_fidelity.json",
+                        help="where to write the results (JSON)")
     args = parser.parse_args()
 
     from scipy.stats import spearmanr
@@ -117,7 +124,8 @@ def main() -> None:
     models = dict(list(MODELS.items())[:2]) if args.quick else MODELS
     algos = ALGOS[:3] if args.quick else ALGOS
     learners = [name.strip() for name in args.learners.split(",") if name.strip()]
-    learner_options = {"samples": args.learner_samples} | parse_options(args.learner_option)
+    learner_options = {name: {BUDGET_OPTION.get(name, "samples"): args.learner_samples} | parse_options(args.learner_option)
+                       for name in learners}
     started = time.time()
     if args.cluster:
         cluster, calibration_load = load_cluster(args.cluster), None
@@ -139,7 +147,7 @@ def main() -> None:
             try:
                 if algo in learners:  # trained against the cluster its rows are simulated on
                     placement = place(prepared.graph, prepared.simulation_cluster(cluster), algo=algo, seed=0,
-                                      **learner_options)
+                                      **learner_options[algo])
                 else:
                     placement = place(prepared.graph, cluster, algo=algo, seed=0)
                 check_against_graph(prepared.program, prepared.graph, placement, cluster)
@@ -189,8 +197,9 @@ def main() -> None:
             "simulated_compute_us": float(sim.op_time_us.sum()),
         }
         if algo in learners:
-            row |= {"learner_options": learner_options, "train_s": placement.options.get("train_s"),
+            row |= {"learner_options": learner_options[algo], "train_s": placement.options.get("train_s"),
                     "learner_step_us": placement.options.get("step_us")}
+            row |= {k: placement.options[k] for k in ("start", "returned") if k in placement.options}  # a warm start kept?
         rows.append(row)
         print(f"  {model:11s} {algo:12s} measured {measured / 1e3:8.2f} ms  simulated "
               f"{sim.step_time_us / 1e3:8.2f} ms  error {100 * row['relative_error']:+6.1f}%  "
@@ -234,7 +243,7 @@ def main() -> None:
         "seconds": round(time.time() - started, 1),
         "rows": rows,
     }
-    write_text_atomic(RESULTS / "execution_fidelity.json", json.dumps(summary, indent=2, default=float))
+    write_text_atomic(args.output, json.dumps(summary, indent=2, default=float))
     print(f"median |error| {100 * summary['median_abs_relative_error']:.1f}%, Spearman {rho:.3f} over {len(rows)} runs "
           f"(pipelined: {100 * summary['pipelined']['median_abs_relative_error']:.1f}%, "
           f"{summary['pipelined']['spearman']:.3f}; "

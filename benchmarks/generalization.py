@@ -1,29 +1,35 @@
 """Placeto's generalization (BENCHMARKS.md, "Generalization"): train once, place graphs never seen.
 
     .venv/bin/python benchmarks/generalization.py --train-shipped     # (re)make devplace/data/placeto-4dev.pt
+    .venv/bin/python benchmarks/generalization.py --train-shipped --devices 2   # placeto-2dev.pt
     .venv/bin/python benchmarks/generalization.py                     # the held-out table and the timings
     .venv/bin/python benchmarks/generalization.py --timings-only
     .venv/bin/python benchmarks/generalization.py --families --zero-shot-only   # the families' held-out 20%
-    .venv/bin/python benchmarks/generalization.py --cross-only        # train on all families but one, place it
+    .venv/bin/python benchmarks/generalization.py --families --cross-only     # train on all families but one, place it
+    .venv/bin/python benchmarks/generalization.py --families --sample-efficiency   # samples to within 5% of the best
 
 The graphs: ``ZOO_FAMILIES`` below, zoo configurations captured once into benchmarks/.cache (the
 last member of each list is held out; what the shipped policy and the committed figures used), or
 with ``--families`` devplace's graph families (``devplace.zoo.families``: training split / held-out
-20%). Cluster: baechi-4x2080.
+20%). Cluster: baechi-4x2080, or with ``--families`` each family's default cluster (memory binds).
 
 For every held-out graph, as ratios to one device (lower is better): Placeto zero-shot with the
 shipped policy, fine-tuned (``--finetune-samples``), trained from scratch on that graph alone with
 the same budget and with ``--large-samples``, beside m-SCT+opt, expert and sim-search. Then the
 wall time of one placing episode (greedy, no per-step simulation) and of one training episode (a
 simulation per step: incremental, and whole simulations, in the same run) for 100, 1,000 and 10,000
-units. Writes
-``benchmarks/results/generalization.json``.
+units. ``--cross-only``: per family, a policy trained on
+the others places its held-out graphs, beside its start placer alone and the baselines.
+``--sample-efficiency``: per family, on its smallest held-out member, the simulated placements Placeto
+(from scratch and fine-tuned), HP and ColocRL need to come within 5% of the best placement any of them
+or the baselines found. Writes ``benchmarks/results/generalization.json`` (each mode its own keys).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -38,12 +44,14 @@ from devplace.fileio import write_text_atomic
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_papers import RESULTS, cached_graph  # noqa: E402
 
-SEED = 0                       # the shipped policy's seed
-SHIPPED_SAMPLES = 400000       # its budget of simulated placements
+SEED = 0                       # the shipped policies' seed
+SHIPPED_SAMPLES = {4: 400000, 2: 200000}   # their budgets of simulated placements, by device count
 SHIPPED_OPTIONS = {"learning_rate": 0.003, "final_learning_rate": 0.0003, "max_units": 128}   # docs/learning.md says why
+CROSS_SAMPLES = 60000          # each across-families policy's budget (~15 minutes or less here)
 TRAIN_EVERY = 2                # the shipped policy trains on every other member of each training split
 CLUSTER = "baechi-4x2080"
-SHIPPED = Path(__file__).resolve().parent.parent / "devplace" / "data" / "placeto-4dev.pt"
+DATA = Path(__file__).resolve().parent.parent / "devplace" / "data"
+SHIPPED = DATA / "placeto-4dev.pt"
 ZOO_FAMILIES = {
     "rnnlm": ["zoo:rnnlm:layers=1,seq_len=20", "zoo:rnnlm:layers=2,seq_len=10", "zoo:rnnlm:layers=3,seq_len=10",
               "zoo:rnnlm:layers=2,seq_len=30,hidden_units=1024", "zoo:rnnlm:layers=4,seq_len=10,hidden_units=1024",
@@ -77,26 +85,30 @@ def splits() -> dict[str, tuple[list, list]]:
     return out
 
 
-def train_shipped(samples: int) -> dict:
-    """The shipped policy: the families' training splits (``devplace.zoo.families``), each on its family's
-    default cluster (memory binds there, so one device is not an answer), every ``TRAIN_EVERY``-th member."""
+def train_shipped(samples: int, n_devices: int) -> dict:
+    """The shipped policy for ``n_devices``: the families' training splits (``devplace.zoo.families``), each on
+    its family's default cluster (memory binds there, so one device is not an answer; for 2 devices, cut to 2
+    holding the same memory), every ``TRAIN_EVERY``-th member."""
     from devplace.learn.placeto import PlacetoOptions, can_fit, train_policy
     from devplace.progress import LineReporter, reporting
     from devplace.zoo import families
 
-    training = [(member, families.load(member), families.default_cluster(name)) for name in families.family_names()
-                for member in families.split(name)[0][::TRAIN_EVERY]]
+    output = DATA / f"placeto-{n_devices}dev.pt"
+    log = RESULTS / ("placeto-shipped-training.csv" if n_devices == 4 else f"placeto-shipped-{n_devices}dev-training.csv")
+    training = [(member, families.load(member), families.default_cluster(name, n_devices))
+                for name in families.family_names() for member in families.split(name)[0][::TRAIN_EVERY]]
     skipped = [m.target for m, g, c in training if not can_fit(g, c)]
     training = [(m, g, c) for m, g, c in training if m.target not in skipped]
     began = time.perf_counter()
     with reporting(LineReporter()):
-        figures = train_policy([g for _, g, _ in training], [c for _, _, c in training], SHIPPED,
-                               samples=samples, seed=SEED,
-                               options=PlacetoOptions(**SHIPPED_OPTIONS, log=str(RESULTS / "placeto-shipped-training.csv")),
+        figures = train_policy([g for _, g, _ in training], [c for _, _, c in training], output,
+                               samples=samples, seed=SEED, options=PlacetoOptions(**SHIPPED_OPTIONS, log=str(log)),
                                meta={"trained_on": [m.target for m, _, _ in training],
-                                     "made_by": f"benchmarks/generalization.py --train-shipped --samples {samples}"})
+                                     "made_by": f"benchmarks/generalization.py --train-shipped --devices {n_devices} "
+                                                f"--samples {samples}"})
     figures |= {"wall_s": round(time.perf_counter() - began, 1), "seed": SEED, "options": SHIPPED_OPTIONS,
-                "skipped_cannot_fit": skipped, "size_bytes": SHIPPED.stat().st_size, "load": open("/proc/loadavg").read().split()[:3]}
+                "clusters": sorted({c.name for _, _, c in training}), "skipped_cannot_fit": skipped,
+                "size_bytes": output.stat().st_size, "load": open("/proc/loadavg").read().split()[:3]}
     print(json.dumps(figures))
     return figures
 
@@ -108,7 +120,8 @@ def step_us(graph, cluster, algo: str, **options) -> dict:
     except DevplaceError as exc:
         return {"error": str(exc)[:120]}
     return {"step_us": dp.simulate(graph, cluster, placed).step_time_us, "seconds": round(time.perf_counter() - began, 2),
-            **{k: placed.options[k] for k in ("episode_s", "units", "samples_simulated", "start", "returned")
+            **{k: placed.options[k] for k in ("episode_s", "units", "samples_simulated", "train_s", "stopped_by",
+                                              "start", "start_step_us", "returned")
                if k in placed.options}}
 
 
@@ -152,7 +165,9 @@ def held_out_rows(finetune_samples: int, large_samples: int, zero_shot_only: boo
 
 
 def cross_family(samples: int) -> list[dict]:
-    """For each family: a policy trained on the others' training splits places its held-out graphs zero-shot."""
+    """For each family: a policy trained (the shipped recipe, ``samples`` simulated placements) on the other
+    families' training splits places its held-out graphs zero-shot, beside its start placer alone and the
+    baselines, as ratios to one device."""
     import tempfile
 
     from devplace.learn.placeto import PlacetoOptions, can_fit, train_policy
@@ -161,22 +176,27 @@ def cross_family(samples: int) -> list[dict]:
     rows = []
     for family, (_, held) in every.items():
         cluster = family_cluster(family)
-        training = [(g, family_cluster(other)) for other, (train, _) in every.items() if other != family
-                    for _, g in train[::TRAIN_EVERY]]
+        others = [other for other in every if other != family]
+        training = [(g, family_cluster(other)) for other in others for _, g in every[other][0][::TRAIN_EVERY]]
         training = [(g, c) for g, c in training if can_fit(g, c)]
         with tempfile.TemporaryDirectory() as folder:
             policy = Path(folder) / "cross.pt"
             figures = train_policy([g for g, _ in training], [c for _, c in training], policy, samples=samples,
                                    seed=SEED, options=PlacetoOptions(**SHIPPED_OPTIONS))
             for name, graph in held:
-                single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
-                row = {"placed_family": family, "trained_on": [f for f in every if f != family], "graph": name,
-                       "train_samples": figures["samples_simulated"], "train_s": figures["train_s"],
-                       "zero_shot": step_us(graph, cluster, "placeto", policy=str(policy)),
-                       "m-sct+opt": step_us(graph, cluster, "m-sct+opt")}
-                for key in ("zero_shot", "m-sct+opt"):
-                    if "step_us" in row[key]:
-                        row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single, 4)
+                single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64))
+                row = {"placed_family": family, "trained_on": others, "graph": name, "ops": graph.n_ops,
+                       "single_us": single.step_time_us, "single_fits": single.fits,
+                       "train_graphs": len(training), "train_samples": figures["samples_simulated"],
+                       "train_s": figures["train_s"], "load": open("/proc/loadavg").read().split()[:3],
+                       "zero_shot": step_us(graph, cluster, "placeto", policy=str(policy))}
+                zero_shot = row["zero_shot"]
+                if "start" in zero_shot:        # the start placer alone: what the episode starts from
+                    row["start_placer"] = {"algo": zero_shot["start"], "step_us": zero_shot["start_step_us"]}
+                row |= {algo: step_us(graph, cluster, algo) for algo in BASELINES}
+                for key in ("zero_shot", "start_placer", *BASELINES):
+                    if math.isfinite(row.get(key, {}).get("step_us", math.inf)):
+                        row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single.step_time_us, 4)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     return rows
@@ -213,6 +233,63 @@ def training_episode(net, ug, refresh, start, incremental: bool, max_steps: int 
     finally:
         vars(ug.env).pop("evaluate", None)
     return time.perf_counter() - began, episode
+
+
+def smallest_held_out() -> list[tuple[str, str, object]]:
+    """Per family, its held-out member with the fewest ops: (family, target, graph)."""
+    return [(family, *min(held, key=lambda named: named[1].n_ops)) for family, (_, held) in splits().items()]
+
+
+def first_within(log_csv: Path, target_us: float) -> int | None:
+    """The samples simulated when a training log's best step time first came within ``target_us`` (None: never)."""
+    import csv
+
+    with open(log_csv) as f:
+        for row in csv.DictReader(f):
+            if float(row["best_step_us"]) <= target_us:
+                return int(row["samples"])
+    return None
+
+
+def sample_efficiency(budget: int, cap_s: float, tolerance: float = 0.05) -> list[dict]:
+    """Samples to come within ``tolerance`` of the best known placement (the fastest of every run here, sim-search
+    included), on the smallest held-out member of each family: Placeto from scratch and fine-tuned from the shipped
+    policy (our start, and the paper's random one), HP and ColocRL from scratch, each for ``budget`` simulated
+    placements and at most ``cap_s`` seconds. Read from each run's training log (best step time so far)."""
+    import tempfile
+
+    runs = {"placeto_scratch": ("placeto", {"policy": "scratch", "finetune_samples": budget}),
+            "placeto_finetuned": ("placeto", {"finetune_samples": budget}),
+            "placeto_scratch_random_start": ("placeto", {"policy": "scratch", "finetune_samples": budget,
+                                                         "start": "random"}),
+            "placeto_finetuned_random_start": ("placeto", {"finetune_samples": budget, "start": "random"}),
+            "hp": ("hp", {"samples": budget}), "colocrl": ("colocrl", {"samples": budget})}
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for family, name, graph in smallest_held_out():
+            cluster = family_cluster(family)
+            single = dp.simulate(graph, cluster, np.zeros(graph.n_ops, dtype=np.int64)).step_time_us
+            row = {"family": family, "graph": name, "ops": graph.n_ops, "single_us": single, "budget": budget,
+                   "cap_s": cap_s, "load": open("/proc/loadavg").read().split()[:3]}
+            logs = {}
+            for key, (algo, options) in runs.items():
+                logs[key] = Path(folder) / f"{family}-{key}.csv"
+                row[key] = step_us(graph, cluster, algo, **options, time_budget_s=cap_s, log=str(logs[key]))
+                print(key, json.dumps(row[key]), flush=True)
+            row |= {algo: step_us(graph, cluster, algo) for algo in BASELINES}
+            known = [row[k]["step_us"] for k in (*runs, *BASELINES) if math.isfinite(row[k].get("step_us", math.inf))]
+            row["best_known_us"] = min(known)
+            target = (1 + tolerance) * row["best_known_us"]
+            for key in runs:
+                if logs[key].exists():
+                    row[key]["samples_to_within"] = first_within(logs[key], target)
+            for key in (*runs, *BASELINES):
+                if math.isfinite(row[key].get("step_us", math.inf)):
+                    row[key]["ratio_to_best_known"] = round(row[key]["step_us"] / row["best_known_us"], 4)
+                    row[key]["ratio_to_one_device"] = round(row[key]["step_us"] / single, 4)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
 
 
 def episode_timings() -> list[dict]:
@@ -275,10 +352,17 @@ def episode_timings() -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train-shipped", action="store_true", help="train the shipped policy (seed %d)" % SEED)
-    parser.add_argument("--samples", type=int, default=SHIPPED_SAMPLES, help="the shipped policy's budget")
+    parser.add_argument("--devices", type=int, choices=sorted(SHIPPED_SAMPLES), default=4,
+                        help="the shipped policy's device count")
+    parser.add_argument("--samples", type=int, help="the shipped policy's budget (default: %s by device count)"
+                        % SHIPPED_SAMPLES)
     parser.add_argument("--timings-only", action="store_true")
     parser.add_argument("--cross-only", action="store_true", help="only train on all but one family, place it")
-    parser.add_argument("--cross-samples", type=int, default=50000)
+    parser.add_argument("--cross-samples", type=int, default=CROSS_SAMPLES, help="each cross-family policy's budget")
+    parser.add_argument("--sample-efficiency", action="store_true",
+                        help="samples to within 5%% of the best known placement: Placeto, HP, ColocRL")
+    parser.add_argument("--efficiency-samples", type=int, default=2000, help="each run's budget there")
+    parser.add_argument("--efficiency-cap-s", type=float, default=300.0, help="each run's time cap there")
     parser.add_argument("--families", action="store_true", help="use devplace.zoo.families, not ZOO_FAMILIES")
     parser.add_argument("--zero-shot-only", action="store_true",
                         help="held-out graphs: only zero-shot, m-SCT+opt and expert (no training)")
@@ -294,11 +378,15 @@ def main(argv: list[str] | None = None) -> int:
     path = RESULTS / "generalization.json"
     results = {}          # what this run measured; merged into the file's other keys at the end
     if args.train_shipped:
-        results["shipped"] = train_shipped(args.samples)
+        key = "shipped" if args.devices == 4 else f"shipped_{args.devices}dev"
+        results[key] = train_shipped(args.samples or SHIPPED_SAMPLES[args.devices], args.devices)
     elif args.timings_only:
         results["episode_timings"] = episode_timings()
     elif args.cross_only:
-        results["cross_family"] = cross_family(args.cross_samples)
+        results["cross_families" if args.families else "cross_family"] = cross_family(args.cross_samples)
+    elif args.sample_efficiency:
+        results["sample_efficiency" if args.families else "sample_efficiency_zoo"] = sample_efficiency(
+            args.efficiency_samples, args.efficiency_cap_s)
     elif args.zero_shot_only:
         key = "zero_shot_families" if args.families else "zero_shot_held_out"
         results[key] = held_out_rows(0, 0, zero_shot_only=True)

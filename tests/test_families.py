@@ -77,6 +77,14 @@ def test_default_cluster_has_four_devices_with_memory_cut():
         assert cluster.n_devices == 4 and cluster.devices[0].memory_bytes < full
 
 
+def test_default_cluster_cut_to_two_devices_keeps_the_memory_in_all():
+    for family in families.family_names():
+        four, two = families.default_cluster(family), families.default_cluster(family, 2)
+        assert two.n_devices == 2 and two.memory_bytes.sum() == pytest.approx(four.memory_bytes.sum())
+        assert (two.bandwidth_bytes_per_us[0, 1], two.latency_us[0, 1]) == (four.bandwidth_bytes_per_us[0, 1],
+                                                                           four.latency_us[0, 1])
+
+
 @pytest.fixture(scope="module")
 def tiny_graph():
     return families.capture(TINY)

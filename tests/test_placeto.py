@@ -129,16 +129,23 @@ def test_a_file_that_is_not_a_policy_is_refused(tmp_path):
         dp.place(ladder(0), CLUSTER, algo="placeto", policy=str(bad))
 
 
-def test_the_shipped_policy_loads_and_places_a_zoo_model():
+@pytest.mark.parametrize("n_devices", [4, 2])
+def test_the_shipped_policy_for_the_clusters_device_count_loads_and_places_a_zoo_model(n_devices):
     from devplace.cluster import load_cluster
     from devplace.torchcapture import profile_target
 
-    cluster = load_cluster("baechi-4x2080")
-    assert shipped_policy_path(4).stat().st_size < 4 * 2**20
+    cluster = load_cluster("baechi-4x2080").with_devices(n_devices)
+    assert shipped_policy_path(n_devices).stat().st_size < 4 * 2**20
     graph = profile_target("zoo:mlp:preset=small", cost="roofline", cluster=cluster)
     placement = dp.place(graph, cluster, algo="placeto")        # no policy option: the shipped one
-    assert placement.options["policy"].endswith("placeto-4dev.pt")
+    assert placement.options["policy"].endswith(f"placeto-{n_devices}dev.pt")
     assert dp.simulate(graph, cluster, placement).fits
+
+
+def test_a_device_count_without_a_shipped_policy_is_refused_naming_the_counts_shipped():
+    with pytest.raises(DevplaceError, match=r"no shipped policy for 3 devices \(policies are shipped for 2 and 4 "
+                                            r"devices\); train one with `devplace train placeto"):
+        dp.place(ladder(0), uniform_cluster(3), algo="placeto")
 
 
 def test_train_and_place_from_the_command_line(tmp_path):
@@ -235,6 +242,32 @@ def test_an_episode_from_a_placement_never_returns_worse_than_its_start():
         with one_thread():
             episode = pp.run_episode(pp.PlacetoNet(2), ug, 1, options, torch.Generator().manual_seed(seed), start)
         assert episode.best_cost_s <= episode.costs_s[0]
+
+
+def random_dag(seed: int, n: int = 14):
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    for i in range(n):
+        b.add_op(f"op{i}", compute_us=float(rng.uniform(10, 200)), output_bytes=1e4)
+        for j in range(i):
+            if rng.random() < 0.25:
+                b.add_edge(f"op{j}", f"op{i}", bytes=float(rng.uniform(1e3, 1e5)))
+    return b.build()
+
+
+def test_a_list_schedulers_start_keeps_its_op_order_so_placeto_is_never_slower_than_it():
+    """m-ETF's placement runs in its schedule's order (its priorities); on these graphs the same devices
+    in the default order are 1-23% slower, so returning the start's devices alone would lose to the start."""
+    cluster = uniform_cluster(2, bandwidth_bytes_per_us=1e3, latency_us=5.0)
+    returned = set()
+    for seed in (1, 5, 7, 9):
+        graph = random_dag(seed)
+        placed = dp.place(graph, cluster, algo="placeto", policy="scratch", start="m-etf", seed=0)
+        start = dp.place(graph, cluster, algo="m-etf", seed=0)
+        assert placed.options["start_step_us"] == pytest.approx(dp.simulate(graph, cluster, start).step_time_us)
+        assert dp.simulate(graph, cluster, placed).step_time_us <= placed.options["start_step_us"] * (1 + 1e-9)
+        returned.add(placed.options["returned"])
+    assert "start" in returned
 
 
 def test_the_papers_random_start_is_an_option_and_a_bad_start_is_refused():

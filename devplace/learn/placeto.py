@@ -154,12 +154,14 @@ def unit_graph(graph, cluster, max_units: int = 1000) -> UnitGraph:
 @dataclass(frozen=True)
 class Start:
     """Where an episode starts: a device per unit (None: random), and the placer's own per-op placement
-    with its simulated step time on the original graph (what a placing episode must beat)."""
+    (its devices and, for a list scheduler, its op priorities) with its simulated step time on the
+    original graph (what a placing episode must beat)."""
 
     algo: str
     unit_devices: np.ndarray | None = None
     op_devices: np.ndarray | None = None
     step_us: float = float("inf")
+    op_priority: np.ndarray | None = None
 
 
 def start_placement(ug: UnitGraph, options: PlacetoOptions, seed: int) -> Start:
@@ -182,7 +184,7 @@ def start_placement(ug: UnitGraph, options: PlacetoOptions, seed: int) -> Start:
         result = dp.simulate(ug.graph, ug.cluster, placed)
         if result.fits and result.step_time_us < best.step_us:
             units = unit_majority(placed.devices, ug.unit_of_op, ug.cluster.n_devices, ug.n_units)
-            best = Start(name, units, np.asarray(placed.devices), result.step_time_us)
+            best = Start(name, units, np.asarray(placed.devices), result.step_time_us, placed.priority)
     return best
 
 
@@ -283,13 +285,20 @@ def step_cost_s(step_us: np.ndarray, over_bytes: np.ndarray, options: PlacetoOpt
 
 
 # ---------------------------------------------------------------------------------------- policies
+def shipped_device_counts() -> list[int]:
+    """The device counts a policy is shipped for (``devplace/data/placeto-{N}dev.pt``)."""
+    folder = Path(str(resources.files("devplace") / "data"))
+    return sorted(int(p.name[len("placeto-"):-len("dev.pt")]) for p in folder.glob("placeto-*dev.pt"))
+
+
 def shipped_policy_path(n_devices: int) -> Path:
-    """The pretrained policy shipped in the package for ``n_devices`` (made by benchmarks/generalization.py)."""
+    """The pretrained policy shipped in the package for ``n_devices`` (made by benchmarks/generalization.py
+    --train-shipped --devices N): the cluster's device count picks it."""
     path = Path(str(resources.files("devplace") / "data" / f"placeto-{n_devices}dev.pt"))
     if not path.exists():
-        shipped = sorted(p.name for p in path.parent.glob("placeto-*dev.pt"))
-        raise DevplaceError(f"{NAME}: no shipped policy for {n_devices} devices (shipped: {', '.join(shipped) or 'none'}); "
-                            f"train one with `devplace train placeto --cluster C -o policy.pt` and pass "
+        counts = " and ".join(str(n) for n in shipped_device_counts()) or "no"
+        raise DevplaceError(f"{NAME}: no shipped policy for {n_devices} devices (policies are shipped for {counts} "
+                            f"devices); train one with `devplace train placeto --cluster C -o policy.pt` and pass "
                             f"--option policy=policy.pt")
     return path
 

@@ -355,16 +355,16 @@ def place(graph, cluster, *, seed: int, options: PlacetoOptions) -> Placement:
                               torch.Generator().manual_seed(seed), start, sample=False)
         episode_s = time.perf_counter() - began
     best = min([episode] + candidates, key=lambda e: e.best_cost_s)
-    devices, step_us, returned = start.op_devices, start.step_us, "start"
+    devices, priority, step_us, returned = start.op_devices, start.op_priority, start.step_us, "start"
     if best.best_devices is not None:
         learned = ug.expand(best.best_devices)
         result = simulate_graph(graph, cluster, Placement(devices=learned))
         if result.fits and result.step_time_us < step_us:
-            devices, step_us, returned = learned, result.step_time_us, "episode"
+            devices, priority, step_us, returned = learned, None, result.step_time_us, "episode"
     if devices is None:
         least = min(e.least_over_bytes for e in [episode] + candidates)
         raise OutOfMemoryError(f"{NAME}: no placement it tried fits memory (least overflow {least / GIB:.3f} GiB); "
                                f"raise finetune_samples, or give the devices more memory")
-    return Placement(devices=devices, options=figures | {
+    return Placement(devices=devices, priority=priority, options=figures | {
         "policy": source, "units": ug.n_units, "episode_s": round(episode_s, 4), "step_us": step_us,
         "start": start.algo, "start_step_us": start.step_us, "returned": returned})

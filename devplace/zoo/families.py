@@ -247,12 +247,18 @@ def build(family: str, seed: int = 0, cache_dir: "str | Path | None" = None) -> 
 _MEMORY_FRACTION = {"nasnet": 0.01, "recurrent": 0.1, "transformer": 0.1}
 
 
-def default_cluster(family: str):
-    """The machine a family is placed on: 4 GPUs of ``CAPTURE_CLUSTER`` with memory cut to where it binds."""
+def default_cluster(family: str, n_devices: int = 4):
+    """The machine a family is placed on: 4 GPUs of ``CAPTURE_CLUSTER`` with memory cut to where it binds;
+    with another ``n_devices``, that many of its GPUs holding the same memory in all (what Placeto's
+    2-device policy is trained on)."""
     from devplace.cluster import load_cluster
 
     _grids(family)
-    return load_cluster(CAPTURE_CLUSTER).with_memory_fraction(_MEMORY_FRACTION[family])
+    machine = load_cluster(CAPTURE_CLUSTER)
+    fraction = _MEMORY_FRACTION[family] * machine.n_devices / n_devices
+    if n_devices != machine.n_devices:
+        machine = machine.with_devices(n_devices)
+    return machine.with_memory_fraction(fraction)
 
 
 __all__ = ["CACHE_VERSION", "CAPTURE_CLUSTER", "FAMILIES", "Grid", "Member", "build", "cache_path", "capture",
