@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         run_all(names, arms, seeds, args.samples, args.time_cap_s)
     results = assemble(names, seeds, args.samples, args.time_cap_s)
     write_text_atomic(RESULTS / "mars_ablation.json", json.dumps(results, indent=1, default=float) + "\n")
-    plot(results)
+    if results:         # a model enters once both arms have runs
+        plot(results)
     print(table(results))
     return 0
 
