@@ -58,8 +58,8 @@ class MarsOptions(LearnerOptions):
     entropy_coef: float = option(0.01, "weight of the entropy bonus")
     value_coef: float = option(0.5, "weight of the value loss")
     pretrained: bool = option(True, "start the encoder from its Deep Graph Infomax pre-training (false: random)")
-    encoder: str = option("", "pre-trained encoder file (`devplace train mars-encoder`); empty: the pretrained one")
-    encoder_hidden: int = option(64, "encoder width when pretrained=false (the pretrained encoder's)")
+    encoder: str = option("", "pre-trained encoder file (`devplace train mars-encoder`); empty: the shipped one")
+    encoder_hidden: int = option(64, "encoder width when pretrained=false (the shipped encoder's)")
 
 
 def mars_units(graph, max_units: int):
