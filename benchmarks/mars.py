@@ -18,6 +18,9 @@ load average is recorded beside them.
     .venv/bin/python benchmarks/mars.py --part baselines     # the algorithmic placers
     .venv/bin/python benchmarks/mars.py --report             # mars.json, the curves PNG and the table
 
+The ablation with several seeds per arm, each run capped in time, is ``mars_ablation.py``; ``--part
+ablation`` here gives the two seed-0 Mars columns of the table beside the others.
+
 Each run is kept under benchmarks/.cache/mars/ as it finishes (the parts may run side by side); the
 report writes ``benchmarks/results/mars.json`` and ``benchmarks/results/mars_curves.png``.
 """
@@ -67,13 +70,13 @@ def load_now() -> float:
     return os.getloadavg()[0]
 
 
-def learn(graph, cluster, algo: str, samples: int, options: dict) -> dict:
+def learn(graph, cluster, algo: str, samples: int, options: dict, seed: int = 0) -> dict:
     """One learner run: best step time and its best-so-far curve (samples, seconds, step us)."""
     began, load = time.perf_counter(), load_now()
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "log.csv"
         try:
-            placed = dp.place(graph, cluster, algo=algo, seed=0, samples=samples, log=str(log), **options)
+            placed = dp.place(graph, cluster, algo=algo, seed=seed, samples=samples, log=str(log), **options)
         except DevplaceError as exc:
             return {"error": str(exc), "seconds": round(time.perf_counter() - began, 1)}
         rows = list(csv.DictReader(log.open()))
@@ -192,8 +195,6 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict) -> None:
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,12 +214,30 @@ def plot(results: dict) -> None:
         ax.set_xlabel("simulated placements")
         ax.set_title(MODELS[name][0], fontsize=9)
     axes[0][0].set_ylabel("best step time so far (ms, log scale)")
+    write_figure(figure, axes, "mars_curves.png")
+
+
+def write_figure(figure, axes, name: str) -> None:
+    """The legend on the first panel, then the figure as ``RESULTS/name`` (PNG), and closed."""
+    import io
+
+    from matplotlib import pyplot as plt
+
     axes[0][0].legend(fontsize=7)
     figure.tight_layout()
     out = io.BytesIO()
     figure.savefig(out, format="png", dpi=100)
     plt.close(figure)
-    write_bytes_atomic(RESULTS / "mars_curves.png", out.getvalue())
+    write_bytes_atomic(RESULTS / name, out.getvalue())
+
+
+def model_names(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """The comma-separated ``--models``, each checked against ``MODELS``."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}: use {', '.join(MODELS)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,10 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run one part (they can run side by side)")
     parser.add_argument("--report", action="store_true", help="write mars.json, the curves and the table")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}: use {', '.join(MODELS)}")
+    names = model_names(parser, args.models)
     RUNS.mkdir(parents=True, exist_ok=True)
     if args.part:
         run_part(args.part, names, args.samples)

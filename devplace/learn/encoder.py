@@ -157,14 +157,16 @@ def load_encoder(path: "str | Path") -> tuple[DeepGraphInfomax, dict]:
     return model, saved["meta"]
 
 
-# The graphs the shipped encoder is pre-trained on: the bundled graphs and every zoo model at its
-# test size and at a second size (captured with roofline costs; features never read op times).
+# The graphs the shipped encoder is pre-trained on: the bundled graphs, every zoo model at its test
+# size and at a second size, and the training split of every graph family (``devplace families``;
+# captured with roofline costs; features never read op times). The families' held-out members stay unseen.
 DEFAULT_CORPUS = (
     *(f"data:{name}" for name in ("gnmt_layers_training.json", "bert_l-3_training.json",
                                   "bert_l-3_inference.json", "resnet50_inference.json")),
     *(f"zoo:{name}:preset=small" for name in ("gnmt", "inception_v3", "mlp", "nasnet", "resnet50", "rnnlm",
                                              "small_cnn", "transformer")),
     "zoo:gnmt:preset=small,layers=2", "zoo:rnnlm:preset=small,layers=4", "zoo:transformer:preset=small,layers=4",
+    *(f"family:{name}" for name in ("nasnet", "recurrent", "transformer")),
 )
 
 

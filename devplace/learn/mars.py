@@ -7,7 +7,8 @@
 2. a graph convolutional network embeds every unit from its features and its neighbours; its
    weights come from Deep Graph Infomax pre-training on many operator graphs, done once, without
    labels or step times (``encoder``; ``devplace train mars-encoder``; the package ships one) and
-   are fine-tuned with the placer; ``pretrained=false`` starts them at random (the paper's ablation);
+   are fine-tuned with the placer; ``pretrained=false`` starts them at random (the paper's ablation;
+   everything else, the placer's initial weights and the sampling, is drawn alike in both arms);
 3. the units are cut into segments of ``segment_length``; an LSTM with attention places one segment
    at a time, carrying its state to the next (``marsnet.SegmentPlacer``);
 4. PPO with a value head trains encoder and placer together on the simulated step time (``ppo``).
@@ -91,11 +92,12 @@ def place(graph, cluster, *, seed: int = 0, options: MarsOptions = MarsOptions()
     units = mars_units(graph, options.max_units)
     g = unit_graph(graph, units.unit_of)
     with seeded(seed):
-        if options.pretrained:
-            encoder = load_encoder(options.encoder or SHIPPED)[0].encoder
-        else:
-            encoder = GCNEncoder(options.encoder_hidden)
+        pretrained = load_encoder(options.encoder or SHIPPED)[0].encoder if options.pretrained else None
+    with seeded(seed):     # the same draws with and without pre-training: the arms differ in the encoder's weights only
+        encoder = GCNEncoder(options.encoder_hidden if pretrained is None else pretrained.hidden)
         policy = SegmentPlacer(encoder, cluster.n_devices, options.hidden_size, options.segment_length)
+    if pretrained is not None:
+        encoder.load_state_dict(pretrained.state_dict())
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate, eps=1e-5)
     settings = PPOSettings(options.clip, options.update_epochs, options.minibatches, options.entropy_coef,
                            options.value_coef, options.grad_clip)

@@ -1,0 +1,219 @@
+"""Mars's pre-training ablation with seeds (BENCHMARKS.md, "Mars: pre-training ablation").
+
+The paper ("Accelerated Device Placement Optimization with Contrastive Learning", ICPP 2021) reports
+13.2% less training time with the pre-trained encoder. One run per arm cannot show a difference of
+that size: seeds move the curves more than that. So here every model (GNMT-4, Inception-V3, the
+BERT-like transformer; ``mars.MODELS``) is trained with ``--seeds`` seeds in both arms, ``mars``
+(the shipped DGI-pre-trained encoder) and ``mars-no-pretrain`` (``pretrained=false``). With one seed
+the two arms draw the same placer weights and the same samples (``devplace.learn.mars``), so a pair
+differs in the encoder's starting weights only. Each run is capped by ``--samples`` and by
+``--time-cap-s`` seconds (whichever comes first; the cap makes the wall time of the whole ablation
+predictable on a shared machine, the samples it reached are recorded).
+
+Reported per model and arm, for each seed and as the median over seeds: the best step time, the
+samples and seconds until the best-so-far came within 5% of the best known placement (the fastest
+of the ablation's runs and of ``mars.py``'s baselines, if cached) and within 5% of Mars's
+best (the fastest of all the model's ablation runs, either arm); "not reached" counts as the run's
+last sample for the median, said in the table. The encoder's drift (how far fine-tuning moved its
+weights, relative to their norm) is reported beside, to see whether the placer learns past the
+encoder. ``VARIANTS`` (other PPO settings of the pre-trained arm) are reported beside, on the same
+targets, when they have runs.
+
+    .venv/bin/python benchmarks/mars.py --part baselines --samples 800       # best known (sim-search etc.)
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300 --arms mars-sb3-ppo
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300 --report
+
+Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
+``benchmarks/results/mars_ablation.json`` and ``benchmarks/results/mars_ablation.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from devplace.fileio import write_text_atomic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mars import (ABLATION, BASELINES, MODELS, RUNS, WITHIN, graph_and_cluster, learn, load_now, model_names,  # noqa: E402
+                  reach, write_figure)
+from reproduce_papers import RESULTS  # noqa: E402
+
+
+# Beside the ablation, one documented alternative to CleanRL's PPO defaults (the paper states none):
+# Stable-Baselines3's PPO defaults where devplace's Mars has the knob (Adam 3e-4, 10 epochs per batch, no
+# entropy bonus; the annealing, the value clipping and the 4 minibatches stay), pre-trained encoder.
+VARIANTS = {"mars-sb3-ppo": {"learning_rate": 3e-4, "update_epochs": 10, "entropy_coef": 0.0}}
+ARMS = ABLATION | VARIANTS
+
+
+def run_path(name: str, arm: str, samples: int, cap_s: float, seed: int) -> Path:
+    return RUNS / f"{name}-{arm}-{samples}-cap{cap_s:g}-seed{seed}.json"
+
+
+def encoder_drift(checkpoint: Path, options: dict, seed: int) -> float:
+    """||theta_end - theta_start|| / ||theta_start|| over the encoder's weights of a finished run."""
+    from devplace.learn.encoder import SHIPPED, GCNEncoder, load_encoder
+    from devplace.learn.train import seeded
+
+    end = {k[len("encoder."):]: v for k, v in torch.load(checkpoint, weights_only=False)["policy"].items()
+           if k.startswith("encoder.")}
+    if options.get("pretrained", True):
+        start = load_encoder(SHIPPED)[0].encoder.state_dict()
+    else:
+        with seeded(seed):
+            start = GCNEncoder(64).state_dict()
+    moved = math.sqrt(sum(float(((end[k] - v) ** 2).sum()) for k, v in start.items()))
+    return moved / math.sqrt(sum(float((v ** 2).sum()) for v in start.values()))
+
+
+def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, cap_s: float) -> None:
+    for name in names:
+        graph, cluster = graph_and_cluster(name)
+        print(f"{name}: {graph.n_ops} ops on {cluster.name}, load {load_now():.1f}", flush=True)
+        for seed in seeds:
+            for arm in arms:
+                options = ARMS[arm]
+                path = run_path(name, arm, samples, cap_s, seed)
+                if path.exists():
+                    continue
+                with tempfile.TemporaryDirectory() as scratch:
+                    checkpoint = Path(scratch) / "run.pt"
+                    result = learn(graph, cluster, "mars", samples, options | {"time_budget_s": cap_s,
+                                                                               "checkpoint": str(checkpoint)},
+                                   seed=seed)
+                    if "error" not in result:
+                        result["encoder_drift"] = encoder_drift(checkpoint, options, seed)
+                write_text_atomic(path, json.dumps(result | {"seed": seed, "ops": graph.n_ops}, default=float) + "\n")
+                print(f"  {arm} seed {seed}: {result.get('best_step_us', math.nan) / 1e3:.2f} ms, "
+                      f"{result.get('samples')} samples in {result.get('seconds')} s {result.get('error', '')}",
+                      flush=True)
+
+
+def median_reach(runs: list[dict], key: str) -> tuple[float, int]:
+    """Median over seeds of the samples to ``key`` (a run that did not reach it counts its last sample)
+    and how many runs reached it."""
+    values = [r[f"samples_{key}"] if r[f"samples_{key}"] is not None else r["samples"] for r in runs]
+    return statistics.median(values), sum(r[f"samples_{key}"] is not None for r in runs)
+
+
+def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float) -> dict:
+    results = {}
+    for name in names:
+        arms = {arm: [json.loads(p.read_text()) for seed in seeds
+                      if (p := run_path(name, arm, samples, cap_s, seed)).exists()] for arm in ARMS}
+        arms = {arm: [r for r in runs if "curve" in r] for arm, runs in arms.items()}
+        if not all(arms[arm] for arm in ABLATION):
+            continue
+        arms = {arm: runs for arm, runs in arms.items() if runs}
+        baselines = {spec: json.loads(p.read_text()) for spec in BASELINES
+                     if (p := RUNS / f"{name}-{spec}-{samples}.json").exists()}
+        found = [r["best_step_us"] for arm in ABLATION for r in arms[arm]]
+        mars_best = min(found)
+        best_known = min(found + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])
+        for runs in arms.values():
+            for r in runs:
+                for key, target in (("to_best_known", best_known), ("to_mars_best", mars_best)):
+                    r[f"samples_{key}"], r[f"seconds_{key}"] = reach(r["curve"], (1 + WITHIN) * target)
+        summary = {}
+        for arm, runs in arms.items():
+            summary[arm] = {"median_best_step_us": statistics.median(r["best_step_us"] for r in runs),
+                            "median_seconds": statistics.median(r["seconds"] for r in runs),
+                            "median_encoder_drift": statistics.median(r["encoder_drift"] for r in runs)}
+            for key in ("to_best_known", "to_mars_best"):
+                summary[arm][f"median_samples_{key}"], summary[arm][f"reached_{key}"] = median_reach(runs, key)
+                reached = [r[f"seconds_{key}"] for r in runs if r[f"seconds_{key}"] is not None]
+                summary[arm][f"median_seconds_{key}"] = statistics.median(reached) if reached else None
+        results[name] = {"arms": arms, "summary": summary, "best_known_us": best_known, "mars_best_us": mars_best,
+                         "baselines": {k: v.get("best_step_us") for k, v in baselines.items()},
+                         "samples": samples, "time_cap_s": cap_s, "seeds": seeds}
+    return results
+
+
+def _cell(samples, seconds) -> str:
+    return "not reached" if samples is None else f"{samples} ({seconds:.0f} s)"
+
+
+def table(results: dict) -> str:
+    lines = ["| model | arm | seed | best (ms) | to 5% of best known: samples (s) | to 5% of Mars's best: samples (s) "
+             "| samples run | s | load | encoder drift |", "|" + "---|" * 10]
+    for name, entry in results.items():
+        for arm, runs in entry["arms"].items():
+            for r in runs:
+                lines.append("| " + " | ".join([
+                    MODELS[name][0], arm, str(r["seed"]), f"{r['best_step_us'] / 1e3:.1f}",
+                    _cell(r["samples_to_best_known"], r["seconds_to_best_known"]),
+                    _cell(r["samples_to_mars_best"], r["seconds_to_mars_best"]), str(r["samples"]),
+                    f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}", f"{r['encoder_drift']:.3f}"]) + " |")
+    lines += ["", "| model | best known (ms) | Mars's best (ms) | arm | median best (ms) | median samples to 5% of "
+              "best known (reached) | median samples to 5% of Mars's best (reached) | median s to it |",
+              "|" + "---|" * 8]
+    for name, entry in results.items():
+        for arm, s in entry["summary"].items():
+            seconds = s["median_seconds_to_mars_best"]
+            lines.append("| " + " | ".join([
+                MODELS[name][0], f"{entry['best_known_us'] / 1e3:.1f}", f"{entry['mars_best_us'] / 1e3:.1f}", arm,
+                f"{s['median_best_step_us'] / 1e3:.1f}",
+                f"{s['median_samples_to_best_known']:g} ({s['reached_to_best_known']}/{len(entry['arms'][arm])})",
+                f"{s['median_samples_to_mars_best']:g} ({s['reached_to_mars_best']}/{len(entry['arms'][arm])})",
+                "-" if seconds is None else f"{seconds:.0f}"]) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
+    for ax, (name, entry) in zip(axes[0], results.items()):
+        for k, (arm, runs) in enumerate(entry["arms"].items()):
+            for i, r in enumerate(runs):
+                points = [(p[0], p[2] / 1e3) for p in r["curve"] if math.isfinite(p[2])]
+                ax.step(*zip(*points), where="post", color=f"C{k}", alpha=0.8, lw=1,
+                        label=arm if i == 0 else None)
+        ax.axhline(entry["best_known_us"] / 1e3, ls="--", lw=1, color="k", label="best known")
+        ax.axhline((1 + WITHIN) * entry["mars_best_us"] / 1e3, ls=":", lw=1, color="0.4", label="5% of Mars's best")
+        ax.set_xlabel("simulated placements")
+        ax.set_title(MODELS[name][0], fontsize=9)
+    axes[0][0].set_ylabel("best step time so far (ms)")
+    write_figure(figure, axes, "mars_ablation.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each run in both arms")
+    parser.add_argument("--arms", default=",".join(ABLATION), help=f"comma-separated, of {', '.join(ARMS)}: the arms to "
+                        "run (a model is reported once both ablation arms have runs)")
+    parser.add_argument("--samples", type=int, default=800, help="simulated placements per run (a cap)")
+    parser.add_argument("--time-cap-s", type=float, default=300.0, help="seconds per run (a cap)")
+    parser.add_argument("--report", action="store_true", help="only write mars_ablation.json, the PNG and the table")
+    args = parser.parse_args(argv)
+    names = model_names(parser, args.models)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if any(a not in ARMS for a in arms):
+        parser.error(f"unknown arm in {args.arms!r}: use {', '.join(ARMS)}")
+    RUNS.mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        run_all(names, arms, seeds, args.samples, args.time_cap_s)
+    results = assemble(names, seeds, args.samples, args.time_cap_s)
+    write_text_atomic(RESULTS / "mars_ablation.json", json.dumps(results, indent=1, default=float) + "\n")
+    if results:         # a model enters once both arms have runs
+        plot(results)
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
