@@ -44,6 +44,11 @@ def test_mars_is_registered_off_by_default_with_ppo_and_ablation_options():
     assert {"samples", "checkpoint", "resume", "log", "workers", "clip", "update_epochs", "minibatches",
             "entropy_coef", "value_coef", "segment_length", "pretrained", "encoder"} <= names
     assert not info.by_default and "mars" not in default_algos()
+    # REINFORCE's knobs belong to ColocRL and HP: Mars neither lists them nor takes them silently
+    reinforce_only = {"tanh_constant", "baseline_decay", "temperature", "deviations", "deviate_from", "lr_decay"}
+    assert not names & reinforce_only and reinforce_only <= {o["name"] for o in available()["hp"].describe()["options"]}
+    with pytest.raises(DevplaceError, match="tanh_constant"):
+        dp.place(two_chains(), fast_and_slow(), algo="mars", samples=4, tanh_constant=2.0)
 
 
 def test_sampling_and_teacher_forced_evaluation_agree_across_segments():

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from devplace.learn.features import N_FEATURES, capped_units, unit_features, unit_majority
-from devplace.learn.options import LearnerOptions
+from devplace.learn.options import ReinforceOptions
 from devplace.placers import register
 from devplace.placers._memory import check_can_fit
 from devplace.placers._moves import Units
@@ -37,7 +37,7 @@ NAME = "colocrl"
 
 
 @dataclass(frozen=True)
-class ColocRLOptions(LearnerOptions):
+class ColocRLOptions(ReinforceOptions):
     """ColocRL's hyper-parameters. The paper gives REINFORCE with K samples per controller (one per worker,
     4 to 8), the sqrt reward, a moving-average baseline and Adam, and bounds no logits; the rest it leaves
     open. Clipping (1.0) and baseline decay (0.9) are those of the same authors' public Hierarchical Planner

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from devplace.learn.features import MAX_KINDS, cross_unit_edges, unit_features, unit_kind_counts
-from devplace.learn.options import LearnerOptions
+from devplace.learn.options import ReinforceOptions
 from devplace.placers import register
 from devplace.placers._memory import check_can_fit
 from devplace.placers._moves import Units
@@ -33,7 +33,7 @@ NAME = "hp"
 
 
 @dataclass(frozen=True)
-class HPOptions(LearnerOptions):
+class HPOptions(ReinforceOptions):
     """The Hierarchical Planner's hyper-parameters, from the authors' public implementation (TensorFlow
     grappler's hierarchical controller): hidden size 512 (Grouper 64), min(256, 20 x devices) groups, device
     logits bounded by tanh to +-1, Adam at 0.1

@@ -1,6 +1,7 @@
-"""The options every learning placer takes: budget, rollouts, checkpoints, log, reward, REINFORCE knobs.
+"""The options every learning placer takes (budget, rollouts, checkpoints, log, reward, warm start), and
+the REINFORCE learners' knobs (``ReinforceOptions``).
 
-Each learner subclasses ``LearnerOptions`` as its one frozen dataclass of hyper-parameters,
+Each learner subclasses one of them as its one frozen dataclass of hyper-parameters,
 overriding the defaults its paper (or the authors' public code) gives and saying where each comes
 from; ``devplace algos --json`` lists them all, and ``devplace.place`` checks them by name and type.
 
@@ -32,12 +33,22 @@ class LearnerOptions:
                                                "many seconds per GiB over, instead of the failing step time")
     samples_per_update: int = option(4, "placements sampled per policy update (K)")
     hidden_size: int = option(256, "LSTM and embedding width")
-    tanh_constant: float = option(1.0, "if > 0: device logits are tanh(x) times this, so no device is ever ruled out")
     learning_rate: float = option(0.1, "Adam learning rate")
+    grad_clip: float = option(1.0, "clip the gradient's global norm to this (0: no clipping)")
+    init: str = option("", "warm start: clone the fastest placement of these placers (comma-separated, e.g. "
+                           "expert,m-sct+opt,single; sim-search only when named) before training, and return "
+                           "it if no sample beats it")
+    init_updates: int = option(200, "behaviour-cloning updates of the warm start (teacher forcing, no simulation)")
+    init_learning_rate: float = option(0.01, "Adam learning rate while cloning the warm start")
+
+
+@dataclass(frozen=True)
+class ReinforceOptions(LearnerOptions):
+    """The knobs of the REINFORCE learners (ColocRL, HP): their baseline, exploration and devplace's variant."""
+    tanh_constant: float = option(1.0, "if > 0: device logits are tanh(x) times this, so no device is ever ruled out")
     lr_decay: float = option(1.0, "multiply the learning rate by this every `lr_decay_every` updates")
     lr_decay_every: int = option(50, "updates between learning-rate decays")
     lr_decay_start: int = option(0, "update at which the decay begins")
-    grad_clip: float = option(1.0, "clip the gradient's global norm to this (0: no clipping)")
     baseline_decay: float = option(0.9, "moving-average baseline: b <- decay * b + (1 - decay) * mean reward")
     logit_noise_std: float = option(0.0, "Gaussian noise added to the policy's logits while exploring")
     noise_updates: int = option(0, "updates during which the logit noise is added")
@@ -56,14 +67,9 @@ class LearnerOptions:
     boundary_moves: float = option(0.0, "with deviate_from=best: each sample also shifts about this many boundaries "
                                         "between consecutive groups on different devices by one group (devplace's "
                                         "variant)")
-    init: str = option("", "warm start: clone the fastest placement of these placers (comma-separated, e.g. "
-                           "expert,m-sct+opt,single; sim-search only when named) before REINFORCE, and return "
-                           "it if no sample beats it")
-    init_updates: int = option(200, "behaviour-cloning updates of the warm start (teacher forcing, no simulation)")
-    init_learning_rate: float = option(0.01, "Adam learning rate while cloning the warm start")
 
 
-def learning_rate_at(options: LearnerOptions, update: int) -> float:
+def learning_rate_at(options: ReinforceOptions, update: int) -> float:
     """The staircase schedule: ``lr * decay ** ((update - start) // every)`` from ``start`` on."""
     if update < options.lr_decay_start:
         return options.learning_rate

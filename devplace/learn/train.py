@@ -47,7 +47,7 @@ from devplace.learn.env import GIB, Reward
 from devplace.learn.features import unit_majority
 from devplace.learn.log import write_log
 from devplace.learn.nets import Sample
-from devplace.learn.options import LearnerOptions, learning_rate_at
+from devplace.learn.options import LearnerOptions, ReinforceOptions, learning_rate_at
 from devplace.learn.rollouts import evaluator
 from devplace.placement import Placement, graph_fingerprint
 
@@ -230,12 +230,17 @@ UpdateStep = Callable[[int, torch.Generator, "_State", object, Reward], Update]
 
 
 def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module,
-              sample: Callable[[int, torch.Generator, float, np.ndarray | None], Sample], options: LearnerOptions,
+              sample: Callable[[int, torch.Generator, float, np.ndarray | None], Sample], options: ReinforceOptions,
               seed: int, clone: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Placement:
     """Train ``policy`` (whose ``sample(k, generator, noise_std, centre)`` gives K device rows per unit, around
     ``centre`` when it is not None: option deviate_from=best) by REINFORCE and return the best placement that
     fits, with the run's figures in ``Placement.options``.
     ``clone(targets)`` is the policy's log-probability of one device per unit (needed for option ``init``)."""
+    if options.deviate_from not in ("greedy", "best"):
+        raise DevplaceError(f"{name}: option deviate_from={options.deviate_from!r} must be greedy or best")
+    if options.boundary_moves > 0 and options.deviate_from != "best":
+        raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
+                            f"placement so far)")
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
 
     def step(k, generator, state, rollouts, reward) -> Update:
@@ -276,11 +281,6 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
         raise DevplaceError(f"{name}: options samples and samples_per_update must be at least 1")
     if options.init and clone is None:
         raise DevplaceError(f"{name}: option init is not supported by this learner; leave it empty")
-    if options.deviate_from not in ("greedy", "best"):
-        raise DevplaceError(f"{name}: option deviate_from={options.deviate_from!r} must be greedy or best")
-    if options.boundary_moves > 0 and options.deviate_from != "best":
-        raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
-                            f"placement so far)")
     reward = Reward(options.failing_step_s, options.oom_penalty_s_per_gib)
     generator = torch.Generator().manual_seed(seed)
     identity = _identity(name, graph, cluster, seed, options)
