@@ -81,8 +81,8 @@ def upward_rank_us(graph, cluster, devices: np.ndarray, op_time_us: np.ndarray) 
 # ---------------------------------------------------------------- memory repair and pipelines
 def leader_units(graph, closed: bool = False, rank: np.ndarray | None = None) -> Units:
     """Each forward op with the backward and update ops that follow it (``forward_leaders``),
-    numbered by ``rank`` (default: topological rank; ``sources_late_rank`` puts each weight's
-    unit with the layer that first reads it).
+    numbered by ``rank`` (default: topological rank; positions in ``sources_late_order`` put each
+    weight's unit with the layer that first reads it).
 
     Moving a forward op without its backward ops frees nothing: the simulator then keeps a copy of
     the activation on the old device until the backward op there has run. With ``closed`` a
@@ -166,13 +166,6 @@ def sources_late_order(graph) -> np.ndarray:
                 order.append(u)
         order.append(v)
     return np.asarray(order, dtype=np.int64)
-
-
-def sources_late_rank(graph) -> np.ndarray:
-    """Each op's position in ``sources_late_order``."""
-    rank = np.empty(graph.n_ops, np.int64)
-    rank[sources_late_order(graph)] = np.arange(graph.n_ops)
-    return rank
 
 
 def with_colocation(fine: Units, ops: np.ndarray) -> np.ndarray:

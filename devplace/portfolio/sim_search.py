@@ -80,7 +80,7 @@ from devplace.placers._listsched import mean_edge_us
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
     Units, held_bytes, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, sources_late_order,
-    sources_late_rank, upward_rank_us, with_colocation,
+    upward_rank_us, with_colocation,
 )
 from devplace.portfolio.variants import place as place_spec
 from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
@@ -159,11 +159,12 @@ class _Search:
         self.evals = 0
         self.fine = Units.from_labels(graph, colocation_units(graph))
         self.coarse = Units.from_labels(graph, coplacement_groups(graph))
-        step_rank = sources_late_rank(graph)    # units in step order, each weight with its first reader
-        self.leaders = leader_units(graph, rank=step_rank)   # forward op + the ops that follow it; widened by colocation
+        self.step_order = sources_late_order(graph)   # step order: each weight just before its first reader
+        self.step_rank = np.argsort(self.step_order)   # each op's position in it
+        self.leaders = leader_units(graph, rank=self.step_rank)   # forward op + the ops that follow it; widened by colocation
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
-            self.coarse = leader_units(graph, closed=True, rank=step_rank)
+            self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
         self.memory_is_ample = self._memory_is_ample()
         # topological order, but an update op runs as soon as its inputs are there (``orders``);
         # None without update ops (an inference graph): it would be the topological order again
@@ -442,9 +443,7 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
     graph, cluster = search.graph, search.cluster
     if not search.config.pipeline_starts or search.n_dev < 2 or graph.n_ops < 2:
         return
-    order = sources_late_order(graph)
-    position = np.empty(graph.n_ops, np.int64)
-    position[order] = np.arange(graph.n_ops)
+    order, position = search.step_order, search.step_rank
     crossing = _crossing_us(graph, position, mean_edge_us(graph, cluster))
     inside = search.fine.unit_of[graph.edge_src] == search.fine.unit_of[graph.edge_dst]
     blocked = np.zeros(graph.n_ops + 2)              # a boundary inside a colocation group is never cut
