@@ -285,16 +285,19 @@ def step_cost_s(step_us: np.ndarray, over_bytes: np.ndarray, options: PlacetoOpt
 
 
 # ---------------------------------------------------------------------------------------- policies
+def _shipped_folder() -> Path:
+    return Path(str(resources.files("devplace") / "data"))
+
+
 def shipped_device_counts() -> list[int]:
     """The device counts a policy is shipped for (``devplace/data/placeto-{N}dev.pt``)."""
-    folder = Path(str(resources.files("devplace") / "data"))
-    return sorted(int(p.name[len("placeto-"):-len("dev.pt")]) for p in folder.glob("placeto-*dev.pt"))
+    return sorted(int(p.name[len("placeto-"):-len("dev.pt")]) for p in _shipped_folder().glob("placeto-*dev.pt"))
 
 
 def shipped_policy_path(n_devices: int) -> Path:
     """The pretrained policy shipped in the package for ``n_devices`` (made by benchmarks/generalization.py
     --train-shipped --devices N): the cluster's device count picks it."""
-    path = Path(str(resources.files("devplace") / "data" / f"placeto-{n_devices}dev.pt"))
+    path = _shipped_folder() / f"placeto-{n_devices}dev.pt"
     if not path.exists():
         counts = " and ".join(str(n) for n in shipped_device_counts()) or "no"
         raise DevplaceError(f"{NAME}: no shipped policy for {n_devices} devices (policies are shipped for {counts} "
