@@ -94,8 +94,7 @@ class Simulator:
     def memory_of(self, devices: np.ndarray, schedule: tuple) -> tuple:
         """(event time, device, delta, peak per device, first overflowing op per device) of a schedule."""
         g, c = self.graph, self.cluster
-        start, finish, xfer_op, xfer_dst, xfer_start, xfer_end = (schedule[0], schedule[1], schedule[5], schedule[7],
-                                                                  schedule[8], schedule[9])
+        start, finish, _, _, _, xfer_op, _, xfer_dst, xfer_start, xfer_end, _ = schedule  # engine.schedule_of's order
         ev_time, ev_device, ev_delta, ev_owner = engine.sorted_memory_events(*engine.memory_events(
             g.succ_ptr, g.succ_edge, g.edge_dst, devices, c.n_devices, start, finish,
             g.persistent_bytes, g.output_bytes, g.temp_bytes, xfer_op, xfer_dst, xfer_start, xfer_end,
