@@ -245,7 +245,7 @@ def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
                                        cluster.memory_bytes.astype(np.float64)))
 
 
-def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_limit_s: float = 10.0) -> float:
+def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_limit_s: float = 60.0) -> float:
     """The critical path pays the costliest cut it needs so that the activations held at the
     forward/backward turn fit on the devices it visits: ``critical_path_us`` + theta, theta the
     least threshold at which a small program over blocks of the path is not proven infeasible.
@@ -261,9 +261,12 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     allowed on; w[i, d] >= 0 with sum_d w[i, d] = 1 and w[i, d] <= z[block of f, d] + z[block of b, d]
     spreads each item over its two ends' devices; per device, the persistent bytes of its blocks'
     units, x's output and temporaries (with x's block) and sum_i bytes_i w[i, d] are at most its
-    memory. Coarser blocks only constrain more, so fits is monotone in t. The bound is the critical
-    path plus the least t (0 or a path edge's cut cost) whose next smaller candidate HiGHS proves
-    infeasible (a binary search; a node or time limit counts as "fits": it never raises the bound).
+    memory. Coarser blocks only constrain more, so fits is monotone in t. Let t0 be the least t (0
+    or a path edge's cut cost) whose next smaller candidate HiGHS proves infeasible (a binary
+    search; a node or time limit counts as "fits": it never raises the bound), k the fewest devices
+    whose memories hold the rows' total bytes, f the always-cut path edges, and S(r) the sum of the
+    r cheapest cut costs of the other path edges between two units. The bound is the critical path
+    plus max(t0 + S(k - 2 - f), S(k - 1 - f)).
 
     Proof: take a valid placement and let t be the largest cut cost of a path edge it cuts that is
     not always cut (0 if none). Along P each op starts no earlier than its predecessor's finish
@@ -280,8 +283,13 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     finish(f) <= s0 <= s1, and its copy lives there from s0 until finish(b) > s: at s it is on f's
     device (s < s1) or on b's (s0 <= s1 <= s). Put w there. Items are outputs of distinct ops: blocks
     distinct from each other, from the persistent ones and from x's; each device's row is at most
-    what it holds at s, at most its memory (F3). So fits(t) holds, t is at least the returned
-    threshold, and the step time is at least the last op of P's finish."""
+    what it holds at s, at most its memory (F3). So fits(t) holds, and t >= t0: if t < t0, the
+    candidate below t0, proven infeasible, is >= t and its blocks are finer than t's, so the
+    placement would satisfy it. Every row's bytes sit on a device P visits (a unit of U_P or an
+    item's end), so P visits at least k devices and changes device at least k - 1 times, each a cut
+    edge: the f always-cut ones, counted in the critical path, and at least k - 1 - f others, one of
+    them (if t > 0) costing t. The last op of P finishes no earlier than the critical path plus the
+    cut costs of these, at least the bound; the step time is at least that finish."""
     base_us = critical_path_us(graph, rel)
     if graph.n_ops == 0 or cluster.n_devices == 1:
         return base_us
@@ -302,6 +310,9 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     joinable = ~rel.forced_cut[path_edges] & (src_col != dst_col)
     cost = rel.cut_us[path_edges]
     candidates = np.unique(np.concatenate([[0.0], cost[joinable]]))
+    held = fixed.sum() + ends[2].sum()
+    if np.any(rel.allowed[path_units].all(axis=0) & (held <= cluster.memory_bytes)):
+        return base_us          # all of it fits one device: no cut is forced (fits(0), k = 1)
     fits = _TurnBlocks(cluster, rel.allowed[path_units], fixed, ends, src_col, dst_col, joinable, cost,
                        max_nodes, time_limit_s)
     if not fits(candidates[-1]):
@@ -316,7 +327,11 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
             fitting = middle
         else:
             infeasible = middle
-    return base_us + float(candidates[fitting])
+    visited = int(np.searchsorted(np.cumsum(np.sort(cluster.memory_bytes)[::-1]), held * (1 - 1e-12))) + 1
+    others = visited - 1 - int(rel.forced_cut[path_edges].sum())     # joinable cuts the visits need
+    cheapest = np.cumsum(np.concatenate([[0.0], np.sort(cost[joinable])]))
+    return base_us + max(float(candidates[fitting]) + cheapest[min(max(others - 1, 0), len(cheapest) - 1)],
+                         cheapest[min(max(others, 0), len(cheapest) - 1)])
 
 
 class _TurnBlocks:
