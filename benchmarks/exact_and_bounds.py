@@ -83,7 +83,7 @@ def zoo(name: str, time_limit_s: float) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| graph (devices x MiB) | ops | critical path / work / memory path / cut threshold bound (ms) "
+    lines = ["| graph (devices x MiB) | ops | critical path / work / memory path / cut threshold / turn path bound (ms) "
              "| sim-search (ms), rounds | exact: incumbent / MIP bound (ms), status, solve s | certified bound (ms) "
              "| best (ms) | gap |",
              "|---|---|---|---|---|---|---|---|"]
@@ -94,7 +94,7 @@ def markdown(rows: list[dict]) -> str:
         lines.append(
             f"| {r['graph']} ({r['devices']} x {r['memory_mib']:,.0f}) | {r['ops']:,} "
             f"| {b['critical_path_us']:.3f} / {b['work_us']:.3f} / {b['memory_path_us']:.3f} / "
-            f"{b['cut_threshold_us']:.3f} | {r['sim_search_ms']:.3f}, {r['sim_search_rounds']} | {exact} "
+            f"{b['cut_threshold_us']:.3f} / {b.get('turn_path_us', float('nan')):.3f} | {r['sim_search_ms']:.3f}, {r['sim_search_rounds']} | {exact} "
             f"| {r['certified_bound_ms']:.3f} | {r['best_ms']:.3f} | {100 * r['gap']:.1f}% |")
     return "\n".join(lines)
 

@@ -179,3 +179,64 @@ def test_the_cut_threshold_bound_keeps_clusters_within_memory():
     b.add_edge("a", "c", fixed_us=100.0)
     graph, cluster = b.build(), uniform_cluster(2, memory_bytes=10 * MIB)
     assert lower_bounds(graph, cluster)["cut_threshold_us"] == 111.0 == brute_force(graph, cluster)
+
+
+def training_instance(seed: int, n_layers: int = 3, n_devices: int = 3):
+    """A tiny training step: forward ops f0..f(n-1), a loss, backward ops b(n-1)..b0, each f_i's
+    output saved for b_i, devices whose memory holds about half of the saved outputs; random times,
+    sizes, links, op gap and communication model."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    names = [f"f{i}" for i in range(n_layers)] + ["loss"] + [f"b{i}" for i in reversed(range(n_layers))]
+    for name in names:
+        b.add_op(name, compute_us=float(rng.integers(1, 30)),
+                 output_bytes=float(rng.integers(2, 7)) * MIB if name[0] == "f" else 0.0,
+                 persistent_bytes=float(rng.choice([0, 1])) * MIB)
+    for a, c in zip(names, names[1:]):
+        b.add_edge(a, c, bytes=float(rng.integers(1, 400)) * 1e3)
+    for i in range(n_layers):
+        b.add_edge(f"f{i}", f"b{i}", bytes=float(rng.integers(1, 400)) * 1e3)
+    if rng.random() < 0.5:
+        b.add_edge("f0", f"f{n_layers - 1}", bytes=float(rng.integers(1, 400)) * 1e3)
+    memory = float(rng.choice([7, 9, 11, 14])) * MIB
+    latency, bandwidth = uniform_links(n_devices, float(rng.integers(0, 10)), 100.0)
+    cluster = Cluster("tiny", [Device(f"d{i}", "gpu", memory) for i in range(n_devices)],
+                      str(rng.choice(["parallel", "sequential", "duplex", "pipelined"])), latency, bandwidth,
+                      op_gap_us=float(rng.choice([0.0, 2.0])))
+    return b.build(), cluster
+
+
+def test_the_turn_path_bound_never_exceeds_the_brute_force_optimum_of_tiny_training_steps():
+    raised = 0
+    for seed in range(12):
+        graph, cluster = training_instance(seed)
+        optimum = brute_force(graph, cluster, n_orders=1)
+        try:
+            bounds = lower_bounds(graph, cluster)
+        except OutOfMemoryError:
+            assert optimum == np.inf, seed
+            continue
+        assert bounds["turn_path_us"] <= optimum * (1 + 1e-9) + 1e-9, (seed, bounds, optimum)
+        raised += bounds["turn_path_us"] > bounds["critical_path_us"]
+    assert raised >= 3      # memory at the turn forces a cut in several of them: the test is not vacuous
+
+
+def test_the_turn_path_bound_charges_the_cut_the_saved_activations_force():
+    """f0 -> f1 -> f2 -> loss -> b2 -> b1 -> b0, f_i's 4 MiB output saved for b_i, two 10 MiB
+    devices: when the loss starts all three are held (12 MiB), each on the device of f_i or of b_i,
+    so the path visits both devices and cuts an edge. Its cheapest cut that leaves the outputs a
+    place is loss -> b2 (3 us): 70 + 3 us. The other bounds count one op's output at a time and
+    give the 70 us critical path; the optimum is higher still (the forward ops alone hold 12 MiB
+    when f2 starts on f0's device)."""
+    b = GraphBuilder(["gpu"])
+    for name in ("f0", "f1", "f2", "loss", "b2", "b1", "b0"):
+        b.add_op(name, compute_us=10.0, output_bytes=4 * MIB if name[0] == "f" else 0.0)
+    for a, c, us in (("f0", "f1", 5.0), ("f1", "f2", 6.0), ("f2", "loss", 7.0), ("loss", "b2", 3.0),
+                     ("b2", "b1", 8.0), ("b1", "b0", 9.0), ("f0", "b0", 20.0), ("f1", "b1", 20.0),
+                     ("f2", "b2", 20.0)):
+        b.add_edge(a, c, fixed_us=us)
+    graph, cluster = b.build(), uniform_cluster(2, memory_bytes=10 * MIB)
+    bounds = lower_bounds(graph, cluster)
+    assert max(bounds[name] for name in BOUND_NAMES if name != "turn_path_us") == 70.0
+    assert bounds["turn_path_us"] == 73.0 == bounds["best_us"]
+    assert 73.0 < brute_force(graph, cluster) < np.inf
