@@ -466,8 +466,11 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
     position = earliest[fine.unit_of]
     edge_us = mean_edge_us(graph, cluster)
     crossing = _crossing(graph, position, edge_us, n) + _crossing(graph, n - 1 - position, edge_us, n)[::-1]
-    # bytes a stage receives and holds: activations at its first boundary, gradients at its last
-    forward, back = _crossing(graph, position, graph.edge_bytes, n), _crossing(graph, n - 1 - position, graph.edge_bytes, n)[::-1]
+    # bytes a stage receives and holds: at its first boundary the activations a backward op reads
+    # (kept until then; those only forward ops read die at once), at its last the gradients
+    saved = (graph.role[graph.edge_dst] == Role.BACKWARD) | (graph.role[graph.edge_dst] == Role.UPDATE)
+    forward = _crossing(graph, position, np.where(saved, graph.edge_bytes, 0.0), n)
+    back = _crossing(graph, n - 1 - position, graph.edge_bytes, n)[::-1]
     windows = np.array_split(np.arange(1, n), min(candidates, n - 1))
     keep = [int(w[np.argmin(crossing[w])]) for w in windows]     # the cheapest boundary of each window
     cuts = np.concatenate([[0], keep, [n]])
