@@ -9,8 +9,8 @@ So this placer
    small) and keeps the fastest that fits in memory, each tried with its own schedule
    order, the topological order, the upward-rank order and updates first; then *pipeline starts*,
    whatever the memory: forward stages balanced by bytes (weights with the layer that first reads
-   them), and the whole step cut into 2..n stages where the least transfer time crosses, each
-   stage's persistent bytes within its device;
+   them), and the step cut into 2..n stages (each layer with its backward ops) where the least
+   transfer time crosses, each stage's estimated peak within its device;
 2. improves it by simulated annealing over *units* that move whole: colocation groups (or lone
    ops) and Baechi's co-placement groups (``devplace.transforms``), so no move can split a
    colocation group. Moves: put a unit on another device; swap two units; put a contiguous run of
@@ -135,9 +135,7 @@ class SearchConfig:
                                       "(per stage count and balance) until it fits")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
-    repair_starts: int = option(3, "how many over-memory starts the repair may try")
-    repair_near: float = option(2.0, "the repair tries the fastest starts first among those at most this x the "
-                                     "least overflow (1: the least overflowing first)")
+    repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")
     repair_run_share: float = option(0.5, "chance a repair move shifts a run of groups at a stage's edge")
     repair_run_fraction: float = option(0.25, "longest repair run: this share of the overflowing device's groups")
     robust_samples: int = option(0, "score candidates by the mean step time over this many perturbed cost models "
@@ -164,8 +162,8 @@ class _Search:
         self.evals = 0
         self.fine = Units.from_labels(graph, colocation_units(graph))
         self.coarse = Units.from_labels(graph, coplacement_groups(graph))
-        self.step_order = sources_late_order(graph)   # step order: each weight just before its first reader
-        self.step_rank = np.argsort(self.step_order)   # each op's position in it
+        # each op's position in the step order: topological, each weight just before its first reader
+        self.step_rank = np.argsort(sources_late_order(graph))
         self.leaders = leader_units(graph, rank=self.step_rank)   # forward op + the ops that follow it; widened by colocation
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
@@ -629,16 +627,10 @@ def _repair_move(search: _Search, devices: np.ndarray, result) -> tuple[str, np.
 
 
 def _repair(search: _Search) -> bool:
-    """Greedy descent on (total overflow, step time) from the fastest starts that overflow at most
-    ``repair_near`` x the least, then the least overflowing; True once a placement fits (it is
-    offered, so the annealing continues from it). The fastest near-fitting start is worth the few
-    more moves: ResNet-50 at 30% memory, one round, repaired from a 580 ms cheapest-cut pipeline
-    0.15 GiB over, ends at 575.5 ms; from the least overflowing (0.09 GiB over, 599 ms), 594.3 ms."""
+    """Greedy descent on (total overflow, step time) from the least-overflowing starts; True once a
+    placement fits (it is offered, so the annealing continues from it)."""
     config = search.config
-    least = min((s[0] for s in search.starts), default=0.0)
-    near = sorted((s for s in search.starts if s[0] <= config.repair_near * least), key=lambda s: (s[1], s[0]))
-    rest = sorted((s for s in search.starts if s[0] > config.repair_near * least), key=lambda s: (s[0], s[1]))
-    starts = (near + rest)[: config.repair_starts]
+    starts = sorted(search.starts, key=lambda s: (s[0], s[1]))[: config.repair_starts]
     budget_end = search.evals + config.repair_max_evals
     report = search.repair_report
     report.update(starts_tried=[], evals=0)
@@ -867,9 +859,6 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     if config.max_rounds < 1 or not config.target_gap >= 0 or not config.closed_gap >= 0:
         raise PlacementError(f"{NAME}: max_rounds must be >= 1, target_gap and closed_gap >= 0 (got "
                              f"{config.max_rounds}, {config.target_gap}, {config.closed_gap})")
-    if not config.repair_near >= 1:
-        raise PlacementError(f"{NAME}: repair_near must be >= 1 (got {config.repair_near}); 1 repairs the least "
-                             f"overflowing start first")
     search = _Search(graph, cluster, config, seed)
     bound_us = _lower_bound_us(graph, cluster)
     nominal = not search.robust_sims       # the bound is for the nominal step time, not a mean
