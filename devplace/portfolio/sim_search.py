@@ -9,8 +9,8 @@ So this placer
    small) and keeps the fastest that fits in memory, each tried with its own schedule
    order, the topological order, the upward-rank order and updates first; then *pipeline starts*,
    whatever the memory: forward stages balanced by bytes (weights with the layer that first reads
-   them), and the whole step cut into 2..n stages where the least transfer time crosses, each
-   stage's persistent bytes within its device;
+   them), and the step cut into 2..n stages (each layer with its backward ops) where the least
+   transfer time crosses, each stage's estimated peak within its device;
 2. improves it by simulated annealing over *units* that move whole: colocation groups (or lone
    ops) and Baechi's co-placement groups (``devplace.transforms``), so no move can split a
    colocation group. Moves: put a unit on another device; swap two units; put a contiguous run of
@@ -91,6 +91,9 @@ log = logging.getLogger(__name__)
 
 NAME = "sim-search"
 GIB = 2**30
+# a cheapest-cut plan counts a stage's held bytes, gradients and received copies at once, which
+# overstates its simulated peak (ResNet-50 at 30%: by 0.1-0.3 GiB), so plans up to this x capacity are tried
+CHEAP_CUT_SLACK = 1.5
 
 
 @dataclass(frozen=True)
@@ -159,8 +162,8 @@ class _Search:
         self.evals = 0
         self.fine = Units.from_labels(graph, colocation_units(graph))
         self.coarse = Units.from_labels(graph, coplacement_groups(graph))
-        self.step_order = sources_late_order(graph)   # step order: each weight just before its first reader
-        self.step_rank = np.argsort(self.step_order)   # each op's position in it
+        # each op's position in the step order: topological, each weight just before its first reader
+        self.step_rank = np.argsort(sources_late_order(graph))
         self.leaders = leader_units(graph, rank=self.step_rank)   # forward op + the ops that follow it; widened by colocation
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
@@ -431,55 +434,93 @@ def _boundaries(stage: np.ndarray, moved: np.ndarray | None = None, to: int = 0)
 
 
 def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
-    """Consecutive stages of the whole step, cut where the least transfer time crosses: for 2..n
-    stages (on the largest devices), the cuts of least total crossing time whose stages' persistent
-    bytes fit their devices. Inference graphs that fit no device (a chain of layers) need exactly
-    this: byte-balanced stages cut wherever the bytes say, often across a costly activation.
+    """Consecutive stages of the step, cut where the least transfer time crosses: for 2..n stages
+    (on the largest devices), the cuts of least total crossing time whose stages' held bytes fit
+    their devices. A step whose ops run one after another (a chain of layers) costs its compute
+    plus what crosses the cuts whatever the balance, so where memory forces stages the cheapest
+    cut that fits is the fastest pipeline; byte-balanced stages are cut wherever the bytes say,
+    often across a costly activation (ResNet-50 at 30% memory: a 196 MiB one, 36 ms each way).
 
-    Step order is topological with each source op (a weight) just before its first consumer; an
-    op's output crosses every boundary between it and its last consumer, at its costliest edge's
-    mean transfer time. Only the ``candidates`` cheapest boundaries are tried (a dynamic program
-    over them)."""
-    graph, cluster = search.graph, search.cluster
-    if not search.config.pipeline_starts or search.n_dev < 2 or graph.n_ops < 2:
+    Stages are runs of leader units (a forward op with its backward and update ops) in step order
+    (each weight just before its first reader; on an inference graph a unit is one op); a unit
+    holds ``held_bytes`` (persistent bytes plus the activations backward ops read). An output
+    crosses every boundary between its unit and its farthest reader's, forward (activations) or
+    back (gradients), at its costliest edge's mean transfer time. Only the ``candidates`` cheapest
+    boundaries are tried (a dynamic program over them). A stage's plan counts, at its fullest
+    (its backward, last unit to first), the held bytes of its units so far, twice the gradient
+    being made and the copies received at its ends: an estimate, so the plan's capacity is
+    bisected (2 x ``pipeline_rebalance`` cuts) between the device's memory and
+    ``CHEAP_CUT_SLACK`` x it for the largest whose cut fits in simulation (on ResNet-50 at 30%
+    the estimate overstates the peak by 0.1-0.3 GiB); if none fits, the least overflowing cut
+    has its boundaries shifted (``_shift_stages``)."""
+    graph, cluster, units = search.graph, search.cluster, search.leaders
+    if not search.config.pipeline_starts or search.n_dev < 2 or units.n_units < 2:
         return
-    order, position = search.step_order, search.step_rank
-    crossing = _crossing_us(graph, position, mean_edge_us(graph, cluster))
-    inside = search.fine.unit_of[graph.edge_src] == search.fine.unit_of[graph.edge_dst]
-    blocked = np.zeros(graph.n_ops + 2)              # a boundary inside a colocation group is never cut
-    np.add.at(blocked, position[graph.edge_src[inside]] + 1, 1.0)
-    np.add.at(blocked, position[graph.edge_dst[inside]] + 1, -1.0)
-    crossing[np.cumsum(blocked)[: graph.n_ops + 1] > 0] = np.inf
-    windows = np.array_split(np.arange(1, graph.n_ops), min(candidates, graph.n_ops - 1))
+    n, fine = units.n_units, search.fine
+    # a colocation group sits whole at its earliest member's unit (a weight's optimizer state,
+    # first read by its update at the end of the step, goes with the weight)
+    earliest = np.full(fine.n_units, n, np.int64)
+    np.minimum.at(earliest, fine.unit_of, units.unit_of)
+    position = earliest[fine.unit_of]
+    edge_us = mean_edge_us(graph, cluster)
+    crossing = _crossing(graph, position, edge_us, n) + _crossing(graph, n - 1 - position, edge_us, n)[::-1]
+    # bytes a stage receives and holds: at its first boundary the activations a backward op reads
+    # (kept until then; those only forward ops read die at once), at its last the gradients
+    saved = (graph.role[graph.edge_dst] == Role.BACKWARD) | (graph.role[graph.edge_dst] == Role.UPDATE)
+    forward = _crossing(graph, position, np.where(saved, graph.edge_bytes, 0.0), n)
+    back = _crossing(graph, n - 1 - position, graph.edge_bytes, n)[::-1]
+    windows = np.array_split(np.arange(1, n), min(candidates, n - 1))
     keep = [int(w[np.argmin(crossing[w])]) for w in windows]     # the cheapest boundary of each window
-    cuts = np.concatenate([[0], keep, [graph.n_ops]])
-    held = np.concatenate([[0.0], np.cumsum(graph.persistent_bytes[order])])[cuts]
+    cuts = np.concatenate([[0], keep, [n]])
+    unit_bytes = np.bincount(position, weights=held_bytes(graph), minlength=n)
+    held = np.concatenate([[0.0], np.cumsum(unit_bytes)])[cuts]
+    # a stage's backward runs its units last to first, each freeing its activations: at unit u it
+    # holds the activations of its units up to u plus the gradient u makes and the one it reads
+    gradient = np.zeros(n)
+    backward = graph.role == Role.BACKWARD
+    np.maximum.at(gradient, position[backward], 2.0 * graph.output_bytes[backward])
+    top = np.concatenate([[0.0], np.maximum.reduceat(np.cumsum(unit_bytes) + gradient, cuts[:-1])])
     largest = np.argsort(-cluster.memory_bytes, kind="stable")
     for stages in range(2, search.n_dev + 1):
         device_order = np.sort(largest[:stages])
         capacity = float(cluster.memory_bytes[device_order].min())
-        path = _least_crossing_stages(held, crossing[cuts], stages, capacity)
-        if path is None:
-            continue
-        per_position = np.zeros(graph.n_ops, np.int64)
-        for stage, (lo, hi) in enumerate(zip(path[:-1], path[1:])):
-            per_position[cuts[lo]:cuts[hi]] = device_order[stage]
-        devices = respect_colocation(search.fine, per_position[position])
-        search.consider(devices, None, f"cheapest-cut pipeline of {stages} stages")
-        search.cheap_cuts += 1
+        how = f"cheapest-cut pipeline of {stages} stages"
+        least, low, high, planned = None, capacity, capacity * CHEAP_CUT_SLACK, capacity
+        for attempt in range(search.config.pipeline_rebalance * 2):
+            path = _least_crossing_stages(held, top, forward[cuts], back[cuts], crossing[cuts], stages, planned)
+            if path is None:        # the estimate allows no cut: plan with more bytes
+                low, planned = planned, (planned + high) / 2
+                continue
+            stage = np.zeros(n, np.int64)
+            for k, (lo, hi) in enumerate(zip(path[:-1], path[1:])):
+                stage[cuts[lo]:cuts[hi]] = k
+            devices = respect_colocation(search.fine, device_order[stage][position])
+            for name, priority in search.pipeline_orders():
+                overflow, _, _ = search.consider(devices, priority, f"{how} (cut {attempt + 1}, {name})")
+            search.cheap_cuts += least is None     # stage counts judged (a larger memory judges as many)
+            if least is None or overflow < least[0]:
+                least = (overflow, stage)
+            if overflow > 0:
+                high = planned
+            else:                   # it fits: a larger plan may cut where less crosses
+                low = planned
+            planned = (low + high) / 2
+        if least is not None and least[0] > 0:
+            _shift_stages(search, units, least[1], np.maximum(unit_bytes, 1.0), device_order, how)
 
 
-def _crossing_us(graph, position: np.ndarray, edge_us: np.ndarray) -> np.ndarray:
-    """Per boundary k (between positions k - 1 and k): the time of the outputs sent across it, each
-    producer's at the costliest of its edges to consumers beyond the boundary."""
-    crossing = np.zeros(graph.n_ops + 2)
+def _crossing(graph, position: np.ndarray, edge_cost: np.ndarray, n_positions: int) -> np.ndarray:
+    """Per boundary k (between positions k - 1 and k, of ``n_positions``): what the outputs sent
+    forward across it cost (transfer time, bytes), each producer's at the costliest of its edges
+    (``edge_cost``) to consumers beyond it."""
+    crossing = np.zeros(n_positions + 2)
     dst_position = position[graph.edge_dst]
     for u in range(graph.n_ops):
         out = graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]]
         if not len(out):
             continue
         out = out[np.argsort(dst_position[out], kind="stable")]
-        beyond_us = np.maximum.accumulate(edge_us[out][::-1])[::-1]   # costliest edge from here on
+        beyond_us = np.maximum.accumulate(edge_cost[out][::-1])[::-1]   # costliest edge from here on
         lo = position[u] + 1
         for e, us in zip(out.tolist(), beyond_us.tolist()):
             hi = dst_position[e] + 1          # boundaries lo..hi - 1 ... up to this consumer
@@ -487,34 +528,44 @@ def _crossing_us(graph, position: np.ndarray, edge_us: np.ndarray) -> np.ndarray
                 crossing[lo] += us
                 crossing[hi] -= us
                 lo = hi
-    return np.cumsum(crossing)[: graph.n_ops + 1]
+    return np.cumsum(crossing)[: n_positions + 1]
 
 
 @njit(cache=True)
-def _least_crossing_kernel(held, enter_us, stages, capacity):
-    """cost[s, j]: least crossing time splitting candidates 0..j into s runs of at most
-    ``capacity`` bytes (a run from i to j enters at i, paying ``enter_us[i]``); and the argmin i."""
+def _least_crossing_kernel(held, top, first_in, last_in, enter_us, stages, capacity):
+    """cost[s, j]: least crossing time splitting candidates 0..j into s runs that each hold at
+    most ``capacity`` bytes at their fullest (the largest ``top`` among their candidates, less the
+    ``held`` bytes before them) plus the copies received at their ends (a run from i to j receives
+    ``first_in[i] + last_in[j]`` and enters at i, paying ``enter_us[i]``); and the argmin i."""
     n = held.shape[0]
     cost = np.full((stages + 1, n), np.inf)
     parent = np.zeros((stages + 1, n), np.int64)
     cost[0, 0] = 0.0
     for s in range(1, stages + 1):
         for j in range(1, n):
+            most = 0.0
             for i in range(j - 1, -1, -1):
                 if held[j] - held[i] > capacity:
                     break
+                most = max(most, top[i + 1])
+                if most - held[i] + first_in[i] + last_in[j] > capacity:
+                    continue
                 value = cost[s - 1, i] + enter_us[i]
                 if value < cost[s, j]:
                     cost[s, j], parent[s, j] = value, i
     return cost, parent
 
 
-def _least_crossing_stages(held: np.ndarray, crossing_us: np.ndarray, stages: int, capacity: float):
+def _least_crossing_stages(held: np.ndarray, top: np.ndarray, first_in: np.ndarray, last_in: np.ndarray,
+                           crossing_us: np.ndarray, stages: int, capacity: float):
     """Indices into the candidate boundaries (first 0, last the end) splitting them into ``stages``
-    runs of at most ``capacity`` bytes each with the least total crossing time; None if none fits."""
+    runs each holding at most ``capacity`` bytes (``held`` cumulative; at its fullest the largest
+    ``top`` of its candidates (``top[k]``: held bytes up to a unit between candidates k - 1 and k
+    plus what that unit needs) less ``held`` before it, plus ``first_in`` at its first boundary and
+    ``last_in`` at its last) with the least total crossing time; None if none fits."""
     enter = crossing_us.copy()
     enter[0] = 0.0
-    cost, parent = _least_crossing_kernel(held, enter, stages, capacity)
+    cost, parent = _least_crossing_kernel(held, top, first_in, last_in, enter, stages, capacity)
     n = len(held)
     if not np.isfinite(cost[stages, n - 1]):
         return None
