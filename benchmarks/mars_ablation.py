@@ -8,7 +8,8 @@ BERT-like transformer; ``mars.MODELS``) is trained with ``--seeds`` seeds in bot
 the two arms draw the same placer weights and the same samples (``devplace.learn.mars``), so a pair
 differs in the encoder's starting weights only. Each run is capped by ``--samples`` and by
 ``--time-cap-s`` seconds (whichever comes first; the cap makes the wall time of the whole ablation
-predictable on a shared machine, the samples it reached are recorded).
+predictable on a shared machine, the samples it reached are recorded). This script owns the ablation;
+``mars.py`` shows its seed-0 runs beside the other placers.
 
 Reported per model and arm, for each seed and as the median over seeds: the best step time, the
 samples and seconds until the best-so-far came within 5% of the best known placement (the fastest
@@ -43,11 +44,12 @@ import torch
 from devplace.fileio import write_text_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mars import (ABLATION, BASELINES, MODELS, RUNS, WITHIN, graph_and_cluster, learn, load_now, model_names,  # noqa: E402
+from mars import (BASELINES, MODELS, RUNS, WITHIN, graph_and_cluster, learn, load_now, model_names,  # noqa: E402
                   reach, write_figure)
 from reproduce_papers import RESULTS  # noqa: E402
 
 
+ABLATION = {"mars": {}, "mars-no-pretrain": {"pretrained": False}}
 # Beside the ablation, one documented alternative to CleanRL's PPO defaults (the paper states none):
 # Stable-Baselines3's PPO defaults where devplace's Mars has the knob (Adam 3e-4, 10 epochs per batch, no
 # entropy bonus; the annealing, the value clipping and the 4 minibatches stay), pre-trained encoder.
