@@ -23,14 +23,16 @@ run's last sample for the median, said in the table. Two measurements say whethe
 the encoder: its drift (how far fine-tuning moved the encoder's weights, relative to their norm) and
 the embedding dependence of the trained policy (``embedding_kl``: the mean KL divergence, per
 decision, between the policy's device distribution with each unit's own embedding and with the
-embeddings permuted among the units). ``VARIANTS`` (other PPO settings of the pre-trained arm) are
-reported beside, on the same targets, when they have runs.
+embeddings permuted among the units); ``--at-start`` measures the same of the untrained policies,
+with the scale of what the decoder reads (``at_start``). ``VARIANTS`` (other PPO settings of the
+pre-trained arm) are reported beside, on the same targets, when they have runs.
 
     .venv/bin/python benchmarks/mars.py --part baselines --samples 1600      # best known (sim-search etc.)
-    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 600 --arms mars-frozen,mars-no-pretrain-frozen
-    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 600   # the fine-tuned pair
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --arms mars-frozen,mars-no-pretrain-frozen
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400   # the fine-tuned pair
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300 --arms mars-sb3-ppo
-    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 600 --report
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --at-start
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --report
 
 Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
 ``benchmarks/results/mars_ablation.json`` and ``benchmarks/results/mars_ablation.png``.
@@ -114,29 +116,68 @@ def _device_log_probs(policy, g, actions: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(torch.cat(caught, 1), -1)
 
 
-def embedding_kl(graph, cluster, checkpoint: Path, options: dict, seed: int, placements: int = 16) -> dict:
-    """How much the trained policy's decisions depend on which embedding each unit gets: the mean, over
-    the decisions of ``placements`` sampled placements, of KL(policy || policy with the unit embeddings
-    permuted among the units), both given the same previous decisions (teacher forcing), in nats; beside
-    it, for scale, the mean KL(policy || uniform), how far the policy has moved from a coin toss at all."""
+def _policy(graph, cluster, checkpoint: Path, options: dict):
+    """The policy a run saved in ``checkpoint`` and the unit graph it reads."""
     from devplace.learn.encoder import GCNEncoder, unit_graph
     from devplace.learn.mars import MarsOptions, mars_units
     from devplace.learn.marsnet import SegmentPlacer
 
     settings = MarsOptions(**options)
     weights = torch.load(checkpoint, weights_only=False)["policy"]
-    g = unit_graph(graph, mars_units(graph, settings.max_units).unit_of)
     encoder = GCNEncoder(weights["encoder.act1.weight"].shape[0])
     policy = SegmentPlacer(encoder, cluster.n_devices, settings.hidden_size, settings.segment_length)
     policy.load_state_dict(weights)
+    return policy, unit_graph(graph, mars_units(graph, settings.max_units).unit_of)
+
+
+def _mean_kl(own: torch.Tensor, other: torch.Tensor) -> float:
+    """Mean over decisions of KL(own || other), both (K, U, devices) log-probabilities, in nats."""
+    return float((own.exp() * (own - other)).sum(-1).mean())
+
+
+def embedding_kl(graph, cluster, checkpoint: Path, options: dict, seed: int, placements: int = 16) -> dict:
+    """How much the trained policy's decisions depend on which embedding each unit gets: the mean, over
+    the decisions of ``placements`` sampled placements, of KL(policy || policy with the unit embeddings
+    permuted among the units), both given the same previous decisions (teacher forcing), in nats; beside
+    it, for scale, the mean KL(policy || uniform), how far the policy has moved from a coin toss at all.
+    A nearly deterministic policy hides logit changes from the KL, so ``logit_change`` is the logits' own
+    change: mean |change| of the centred log-probabilities over their mean |value| (0: the embeddings
+    do not move the logits; 1: they move them as much as the logits differ between devices)."""
+    policy, g = _policy(graph, cluster, checkpoint, options)
     generator = torch.Generator().manual_seed(seed)
     actions = policy.act(g, placements, generator).actions
     own = _device_log_probs(policy, g, actions)
-    policy.encoder = _Permuted(encoder, torch.randperm(g.n_units, generator=generator))
+    policy.encoder = _Permuted(policy.encoder, torch.randperm(g.n_units, generator=generator))
+    uniform = torch.full_like(own, -math.log(cluster.n_devices))
     permuted = _device_log_probs(policy, g, actions)
-    p = own.exp()
-    return {"embedding_kl": float((p * (own - permuted)).sum(-1).mean()),
-            "uniform_kl": float((p * own).sum(-1).mean()) + math.log(cluster.n_devices)}
+    centred, moved = own - own.mean(-1, keepdim=True), permuted - permuted.mean(-1, keepdim=True)
+    return {"embedding_kl": _mean_kl(own, permuted), "uniform_kl": _mean_kl(own, uniform),
+            "logit_change": float((moved - centred).abs().mean() / centred.abs().mean())}
+
+
+def at_start(graph, cluster, seed: int, placements: int = 16) -> dict:
+    """The policies as they start (one batch at learning rate 0, so the weights stay as built; frozen
+    and fine-tuned arms start alike): per encoder its ``embedding_kl`` and the scale of what the decoder
+    reads at each unit (root mean square of the unit's encoding and of the previous device's embedding,
+    the two halves of its input; and of the encoder's embeddings the reader LSTM turns into encodings), and KL(pre-trained || random) on the pre-trained policy's samples: how
+    differently the two encoders make the same placer decide before any training."""
+    out, policies = {}, {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for arm in PAIRS["fine-tuned"]:
+            checkpoint = Path(scratch) / f"{arm}.pt"
+            learn(graph, cluster, "mars", 16, ARMS[arm] | {"learning_rate": 0.0, "checkpoint": str(checkpoint)},
+                  seed=seed)
+            out[arm] = embedding_kl(graph, cluster, checkpoint, ARMS[arm], seed, placements)
+            policies[arm] = policy, g = _policy(graph, cluster, checkpoint, ARMS[arm])
+            with torch.no_grad():
+                encoded = policy._encode(g)[0]
+                out[arm] |= {"embedding_rms": float(policy.encoder(g.x, g.edge_index).pow(2).mean().sqrt()),
+                             "encoding_rms": float(encoded.pow(2).mean().sqrt()),
+                             "device_embedding_rms": float(policy.device_embed.weight.pow(2).mean().sqrt())}
+    (policy, g), (other, _) = policies.values()
+    actions = policy.act(g, placements, torch.Generator().manual_seed(seed)).actions
+    out["pretrained_vs_random_kl"] = _mean_kl(_device_log_probs(policy, g, actions), _device_log_probs(other, g, actions))
+    return out
 
 
 def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, cap_s: float) -> None:
@@ -161,6 +202,21 @@ def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, c
                 print(f"  {arm} seed {seed}: {result.get('best_step_us', math.nan) / 1e3:.2f} ms, "
                       f"{result.get('samples')} samples in {result.get('seconds')} s {result.get('error', '')}",
                       flush=True)
+
+
+def start_path(name: str, seed: int) -> Path:
+    return RUNS / f"{name}-start-seed{seed}.json"
+
+
+def measure_starts(names: list[str], seeds: list[int]) -> None:
+    """``at_start`` for each model and seed, kept under RUNS."""
+    for name in names:
+        graph, cluster = graph_and_cluster(name)
+        for seed in seeds:
+            if not start_path(name, seed).exists():
+                figures = at_start(graph, cluster, seed) | {"seed": seed, "load": round(load_now(), 1)}
+                write_text_atomic(start_path(name, seed), json.dumps(figures) + "\n")
+                print(f"{name} seed {seed} at start: {figures}", flush=True)
 
 
 def median_reach(runs: list[dict], key: str) -> tuple[float, int]:
@@ -218,11 +274,16 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float) -> 
                 summary[arm][f"median_samples_{key}"], summary[arm][f"reached_{key}"] = median_reach(runs, key)
                 reached = [r[f"seconds_{key}"] for r in runs if r[f"seconds_{key}"] is not None]
                 summary[arm][f"median_seconds_{key}"] = statistics.median(reached) if reached else None
-        results[name] = {"arms": arms, "summary": summary, "pairs": compare_pairs(arms),
+        starts = [json.loads(p.read_text()) for seed in seeds if (p := start_path(name, seed)).exists()]
+        results[name] = {"arms": arms, "summary": summary, "pairs": compare_pairs(arms), "at_start": starts,
                          "best_known_us": best_known, "mars_best_us": mars_best,
                          "baselines": {k: v.get("best_step_us") for k, v in baselines.items()},
                          "samples": samples, "time_cap_s": cap_s, "seeds": seeds}
     return results
+
+
+def _figure(value) -> str:
+    return "-" if value is None else f"{value:.2e}"
 
 
 def _cell(samples, seconds) -> str:
@@ -231,8 +292,8 @@ def _cell(samples, seconds) -> str:
 
 def table(results: dict) -> str:
     lines = ["| model | arm | seed | best (ms) | to 5% of best known: samples (s) | to 5% of Mars's best: samples (s) "
-             "| samples run | s | load | encoder drift | KL to permuted embeddings (nats) | KL to uniform (nats) |",
-             "|" + "---|" * 12]
+             "| samples run | s | load | encoder drift | KL to permuted embeddings (nats) | KL to uniform (nats) "
+             "| logit change |", "|" + "---|" * 13]
     for name, entry in results.items():
         for arm, runs in entry["arms"].items():
             for r in runs:
@@ -241,7 +302,7 @@ def table(results: dict) -> str:
                     _cell(r["samples_to_best_known"], r["seconds_to_best_known"]),
                     _cell(r["samples_to_mars_best"], r["seconds_to_mars_best"]), str(r["samples"]),
                     f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}", f"{r['encoder_drift']:.3f}",
-                    f"{r['embedding_kl']:.2e}", f"{r['uniform_kl']:.3f}"]) + " |")
+                    f"{r['embedding_kl']:.2e}", f"{r['uniform_kl']:.3f}", _figure(r.get("logit_change"))]) + " |")
     lines += ["", "| model | best known (ms) | Mars's best (ms) | arm | median best (ms) | median samples to 5% of "
               "best known (reached) | median samples to 5% of Mars's best (reached) | median s to it |",
               "|" + "---|" * 8]
@@ -261,6 +322,18 @@ def table(results: dict) -> str:
             lines.append("| " + " | ".join([MODELS[name][0], pair, ",".join(map(str, c["seeds"]))] + [
                 f"{c[key]['fewer']} / {c[key]['more']} / {c[key]['equal']}" for key in ("to_best_known", "to_mars_best")])
                 + " |")
+    lines += ["", "| model | seed | encoder | KL to permuted embeddings (nats) | KL to uniform (nats) | logit change "
+              "| embedding rms | unit encoding rms | previous-device embedding rms | KL pre-trained to random (nats) |",
+              "|" + "---|" * 10]
+    for name, entry in results.items():
+        for start in entry["at_start"]:
+            for arm in PAIRS["fine-tuned"]:
+                a = start[arm]
+                lines.append("| " + " | ".join([MODELS[name][0], str(start["seed"]), arm, f"{a['embedding_kl']:.2e}",
+                                                f"{a['uniform_kl']:.2e}", _figure(a["logit_change"]),
+                                                f"{a['embedding_rms']:.3f}",
+                                                f"{a['encoding_rms']:.3f}", f"{a['device_embedding_rms']:.3f}",
+                                                f"{start['pretrained_vs_random_kl']:.2e}"]) + " |")
     return "\n".join(lines)
 
 
@@ -293,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the arms to run (a model is reported once both arms of a pair have runs)")
     parser.add_argument("--samples", type=int, default=800, help="simulated placements per run (a cap)")
     parser.add_argument("--time-cap-s", type=float, default=300.0, help="seconds per run (a cap)")
+    parser.add_argument("--at-start", action="store_true", help="measure the untrained policies (at_start) instead "
+                        "of running the arms")
     parser.add_argument("--report", action="store_true", help="only write mars_ablation.json, the PNG and the table")
     args = parser.parse_args(argv)
     names = model_names(parser, args.models)
@@ -301,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(a not in ARMS for a in arms):
         parser.error(f"unknown arm in {args.arms!r}: use {', '.join(ARMS)}")
     RUNS.mkdir(parents=True, exist_ok=True)
-    if not args.report:
+    if args.at_start:
+        measure_starts(names, seeds)
+    elif not args.report:
         run_all(names, arms, seeds, args.samples, args.time_cap_s)
     results = assemble(names, seeds, args.samples, args.time_cap_s)
     write_text_atomic(RESULTS / "mars_ablation.json", json.dumps(results, indent=1, default=float) + "\n")
