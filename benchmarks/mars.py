@@ -6,7 +6,7 @@ of baechi-4x2080 at the papers' 12 GB), seed 0, at one sample budget:
 - ``colocrl`` and ``hp`` at the same budget; ``single``, ``expert``, ``m-sct+opt`` and ``sim-search``
   (its own budget of simulator calls, set to the same number);
 - ``mars`` and ``mars`` ``pretrained=false``: their seed-0 runs of the pre-training ablation, which
-  ``mars_ablation.py`` owns (it runs them; this script reads ``mars_ablation.json``).
+  ``mars_ablation.py`` owns (it runs them; this script reads its report at the same budget).
 
 The best known placement of a model is the fastest any of them found. For each learner: its best
 step time, and the samples and seconds it took to come within 5% of the best known (and within 5%
@@ -16,7 +16,7 @@ load average is recorded beside them.
 
     .venv/bin/python benchmarks/mars.py --part baselines     # the algorithmic placers
     .venv/bin/python benchmarks/mars.py --part learners      # colocrl and hp
-    .venv/bin/python benchmarks/mars_ablation.py --seeds 0 --report   # after its runs: mars_ablation.json
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0 --samples 800   # the two Mars runs: mars_ablation_800.json
     .venv/bin/python benchmarks/mars.py --report             # mars.json, the curves PNG and the table
 
 Each run is kept under benchmarks/.cache/mars/ as it finishes (the parts may run side by side); the
@@ -134,11 +134,11 @@ def earlier_learner(name: str, algo: str, samples: int) -> dict | None:
 
 
 def ablation_runs(name: str, samples: int) -> dict:
-    """The seed-0 runs of ``MARS_RUNS`` in ``mars_ablation.json`` for ``name``, if it ran ``samples``."""
-    path = RESULTS / "mars_ablation.json"
+    """The seed-0 runs of ``MARS_RUNS`` in the ablation's report at ``samples`` for ``name``."""
+    from mars_ablation import report_name
+
+    path = RESULTS / f"{report_name(samples)}.json"
     entry = json.loads(path.read_text()).get(name, {}) if path.exists() else {}
-    if entry.get("samples") != samples:
-        return {}
     return {arm: run for arm in MARS_RUNS for run in entry["arms"].get(arm, []) if run["seed"] == 0}
 
 

@@ -35,7 +35,8 @@ pre-trained arm) are reported beside, on the same targets, when they have runs.
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --report
 
 Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
-``benchmarks/results/mars_ablation.json`` and ``benchmarks/results/mars_ablation.png``.
+``benchmarks/results/mars_ablation_SAMPLES.json`` and ``.png`` (``report_name``: one pair per budget,
+so rounds at different budgets keep their files).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ ABLATION = {"mars": {}, "mars-no-pretrain": {"pretrained": False},
 PAIRS = {"fine-tuned": ("mars", "mars-no-pretrain"), "frozen": ("mars-frozen", "mars-no-pretrain-frozen")}
 VARIANTS = {"mars-sb3-ppo": {"learning_rate": 3e-4, "update_epochs": 10, "entropy_coef": 0.0}}
 ARMS = ABLATION | VARIANTS
+
+
+def report_name(samples: int) -> str:
+    """The report's file name, without extension, for runs of ``samples``."""
+    return f"mars_ablation_{samples}"
 
 
 def run_path(name: str, arm: str, samples: int, cap_s: float, seed: int) -> Path:
@@ -355,7 +361,7 @@ def plot(results: dict) -> None:
         ax.set_xlabel("simulated placements")
         ax.set_title(MODELS[name][0], fontsize=9)
     axes[0][0].set_ylabel("best step time so far (ms)")
-    write_figure(figure, axes, "mars_ablation.png")
+    write_figure(figure, axes, f"{report_name(next(iter(results.values()))['samples'])}.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-cap-s", type=float, default=300.0, help="seconds per run (a cap)")
     parser.add_argument("--at-start", action="store_true", help="measure the untrained policies (at_start) instead "
                         "of running the arms")
-    parser.add_argument("--report", action="store_true", help="only write mars_ablation.json, the PNG and the table")
+    parser.add_argument("--report", action="store_true", help="only write the report (JSON, PNG, the table)")
     args = parser.parse_args(argv)
     names = model_names(parser, args.models)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -381,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.report:
         run_all(names, arms, seeds, args.samples, args.time_cap_s)
     results = assemble(names, seeds, args.samples, args.time_cap_s)
-    write_text_atomic(RESULTS / "mars_ablation.json", json.dumps(results, indent=1, default=float) + "\n")
+    write_text_atomic(RESULTS / f"{report_name(args.samples)}.json", json.dumps(results, indent=1, default=float) + "\n")
     if results:         # a model enters once both arms of a pair have runs
         plot(results)
     print(table(results))
