@@ -232,6 +232,12 @@ def median_reach(runs: list[dict], key: str) -> tuple[float, int]:
     return statistics.median(values), sum(r[f"samples_{key}"] is not None for r in runs)
 
 
+def _median_of(runs: list[dict], key: str) -> float | None:
+    """The median of ``key`` over runs, None if a run lacks it (runs made before it was measured)."""
+    values = [r.get(key) for r in runs]
+    return None if None in values else statistics.median(values)
+
+
 def compare_pairs(arms: dict) -> dict:
     """Per pair with runs in both arms: for each target, on how many seeds the pre-trained arm needed
     fewer, more or as many samples as the random one (a run that did not reach it counts its last sample)."""
@@ -273,9 +279,8 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float) -> 
         for arm, runs in arms.items():
             summary[arm] = {"median_best_step_us": statistics.median(r["best_step_us"] for r in runs),
                             "median_seconds": statistics.median(r["seconds"] for r in runs),
-                            "median_encoder_drift": statistics.median(r["encoder_drift"] for r in runs),
-                            "median_embedding_kl": statistics.median(r["embedding_kl"] for r in runs),
-                            "median_uniform_kl": statistics.median(r["uniform_kl"] for r in runs)}
+                            **{f"median_{key}": _median_of(runs, key)
+                               for key in ("encoder_drift", "embedding_kl", "uniform_kl", "logit_change")}}
             for key in ("to_best_known", "to_mars_best"):
                 summary[arm][f"median_samples_{key}"], summary[arm][f"reached_{key}"] = median_reach(runs, key)
                 reached = [r[f"seconds_{key}"] for r in runs if r[f"seconds_{key}"] is not None]
@@ -308,7 +313,7 @@ def table(results: dict) -> str:
                     _cell(r["samples_to_best_known"], r["seconds_to_best_known"]),
                     _cell(r["samples_to_mars_best"], r["seconds_to_mars_best"]), str(r["samples"]),
                     f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}", f"{r['encoder_drift']:.3f}",
-                    f"{r['embedding_kl']:.2e}", f"{r['uniform_kl']:.3f}", _figure(r.get("logit_change"))]) + " |")
+                    *(_figure(r.get(key)) for key in ("embedding_kl", "uniform_kl", "logit_change"))]) + " |")
     lines += ["", "| model | best known (ms) | Mars's best (ms) | arm | median best (ms) | median samples to 5% of "
               "best known (reached) | median samples to 5% of Mars's best (reached) | median s to it |",
               "|" + "---|" * 8]
@@ -372,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the arms to run (a model is reported once both arms of a pair have runs)")
     parser.add_argument("--samples", type=int, default=800, help="simulated placements per run (a cap)")
     parser.add_argument("--time-cap-s", type=float, default=300.0, help="seconds per run (a cap)")
-    parser.add_argument("--at-start", action="store_true", help="measure the untrained policies (at_start) instead "
-                        "of running the arms")
+    parser.add_argument("--at-start", action="store_true", help="only measure the untrained policies (at_start; "
+                        "the report shows them)")
     parser.add_argument("--report", action="store_true", help="only write the report (JSON, PNG, the table)")
     args = parser.parse_args(argv)
     names = model_names(parser, args.models)
@@ -384,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     RUNS.mkdir(parents=True, exist_ok=True)
     if args.at_start:
         measure_starts(names, seeds)
-    elif not args.report:
+        return 0
+    if not args.report:
         run_all(names, arms, seeds, args.samples, args.time_cap_s)
     results = assemble(names, seeds, args.samples, args.time_cap_s)
     write_text_atomic(RESULTS / f"{report_name(args.samples)}.json", json.dumps(results, indent=1, default=float) + "\n")
