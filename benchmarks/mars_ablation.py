@@ -59,12 +59,12 @@ from mars import (BASELINES, MODELS, RUNS, WITHIN, graph_and_cluster, learn, loa
 from reproduce_papers import RESULTS  # noqa: E402
 
 
-# Beside the ablation, one documented alternative to CleanRL's PPO defaults (the paper states none):
-# Stable-Baselines3's PPO defaults where devplace's Mars has the knob (Adam 3e-4, 10 epochs per batch, no
-# entropy bonus; the annealing, the value clipping and the 4 minibatches stay), pre-trained encoder.
 ABLATION = {"mars": {}, "mars-no-pretrain": {"pretrained": False},
             "mars-frozen": {"freeze_encoder": True}, "mars-no-pretrain-frozen": {"pretrained": False, "freeze_encoder": True}}
 PAIRS = {"fine-tuned": ("mars", "mars-no-pretrain"), "frozen": ("mars-frozen", "mars-no-pretrain-frozen")}
+# Beside the ablation, one documented alternative to CleanRL's PPO defaults (the paper states none):
+# Stable-Baselines3's PPO defaults where devplace's Mars has the knob (Adam 3e-4, 10 epochs per batch, no
+# entropy bonus; the annealing, the value clipping and the 4 minibatches stay), pre-trained encoder.
 VARIANTS = {"mars-sb3-ppo": {"learning_rate": 3e-4, "update_epochs": 10, "entropy_coef": 0.0}}
 ARMS = ABLATION | VARIANTS
 
