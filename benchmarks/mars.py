@@ -1,11 +1,12 @@
-"""Mars: the pre-training ablation and Mars beside the other placers (BENCHMARKS.md, "Learning placers").
+"""Mars beside the other placers (BENCHMARKS.md, "Learning placers").
 
 On GNMT-4, Inception-V3 and the BERT-like transformer of the zoo (the papers' configurations, 4 GPUs
-of baechi-4x2080 at the papers' 12 GB), one run each, seed 0, at one sample budget:
+of baechi-4x2080 at the papers' 12 GB), seed 0, at one sample budget:
 
-- ``mars`` with its shipped pre-trained encoder and with ``pretrained=false`` (the paper's ablation);
 - ``colocrl`` and ``hp`` at the same budget; ``single``, ``expert``, ``m-sct+opt`` and ``sim-search``
-  (its own budget of simulator calls, set to the same number).
+  (its own budget of simulator calls, set to the same number);
+- ``mars`` and ``mars`` ``pretrained=false``: their seed-0 runs of the pre-training ablation, which
+  ``mars_ablation.py`` owns (it runs them; this script reads its report at the same budget).
 
 The best known placement of a model is the fastest any of them found. For each learner: its best
 step time, and the samples and seconds it took to come within 5% of the best known (and within 5%
@@ -13,13 +14,10 @@ of the better Mars run's final best, the paper's "training time" to converge). R
 budgets, so step times do not depend on the machine; seconds do, and the machine is shared: the
 load average is recorded beside them.
 
-    .venv/bin/python benchmarks/mars.py --part ablation      # the two Mars runs per model
-    .venv/bin/python benchmarks/mars.py --part learners      # colocrl and hp
     .venv/bin/python benchmarks/mars.py --part baselines     # the algorithmic placers
+    .venv/bin/python benchmarks/mars.py --part learners      # colocrl and hp
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0 --samples 800   # the two Mars runs: mars_ablation_800.json
     .venv/bin/python benchmarks/mars.py --report             # mars.json, the curves PNG and the table
-
-The ablation with several seeds per arm, each run capped in time, is ``mars_ablation.py``; ``--part
-ablation`` here gives the two seed-0 Mars columns of the table beside the others.
 
 Each run is kept under benchmarks/.cache/mars/ as it finishes (the parts may run side by side); the
 report writes ``benchmarks/results/mars.json`` and ``benchmarks/results/mars_curves.png``.
@@ -50,7 +48,7 @@ MODELS = {
     "inception_v3": LEARNED_MODELS["inception_v3"],
     "transformer": ("Transformer (BERT-base, zoo)", "zoo:transformer", 4, PAPER_GPU_FRACTION),
 }
-ABLATION = {"mars": {}, "mars-no-pretrain": {"pretrained": False}}
+MARS_RUNS = ("mars", "mars-no-pretrain")      # the ablation's arms shown beside the others (its seed-0 runs)
 LEARNERS = {"colocrl": {}, "hp": {}}
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 PAPER = {"gnmt4": {"mars_s": 1.379, "no_pretrain_s": 1.396, "best_previous_s": 1.418},
@@ -98,15 +96,13 @@ def algorithmic(graph, cluster, spec: str, samples: int) -> dict:
 
 
 def run_part(part: str, names: list[str], samples: int) -> None:
-    runs = ABLATION if part == "ablation" else LEARNERS
     for name in names:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name}, load {load_now():.1f}", flush=True)
         if part == "baselines":
             todo = {spec: (lambda spec=spec: algorithmic(graph, cluster, spec, samples)) for spec in BASELINES}
         else:
-            todo = {run: (lambda run=run: learn(graph, cluster, "mars" if run.startswith("mars") else run, samples,
-                                                runs[run])) for run in runs}
+            todo = {run: (lambda run=run: learn(graph, cluster, run, samples, LEARNERS[run])) for run in LEARNERS}
         for run, do in todo.items():
             path = RUNS / f"{name}-{run}-{samples}.json"
             if path.exists():
@@ -137,11 +133,20 @@ def earlier_learner(name: str, algo: str, samples: int) -> dict | None:
             "source": f"learned_placers.json ({run['samples']} samples), cut at {samples}"}
 
 
+def ablation_runs(name: str, samples: int) -> dict:
+    """The seed-0 runs of ``MARS_RUNS`` in the ablation's report at ``samples`` for ``name``."""
+    from mars_ablation import report_name
+
+    path = RESULTS / f"{report_name(samples)}.json"
+    entry = json.loads(path.read_text()).get(name, {}) if path.exists() else {}
+    return {arm: run for arm in MARS_RUNS for run in entry["arms"].get(arm, []) if run["seed"] == 0}
+
+
 def assemble(names: list[str], samples: int) -> dict:
     results = {}
     for name in names:
-        entry = {}
-        for run in (*ABLATION, *LEARNERS, *BASELINES):
+        entry = dict(ablation_runs(name, samples))
+        for run in (*LEARNERS, *BASELINES):
             path = RUNS / f"{name}-{run}-{samples}.json"
             if path.exists():
                 entry[run] = json.loads(path.read_text())
@@ -151,9 +156,9 @@ def assemble(names: list[str], samples: int) -> dict:
         if not found:
             continue
         best_known = min(found)
-        mars_best = min((entry[r]["best_step_us"] for r in ABLATION if "best_step_us" in entry.get(r, {})),
+        mars_best = min((entry[r]["best_step_us"] for r in MARS_RUNS if "best_step_us" in entry.get(r, {})),
                         default=math.inf)
-        for run in (*ABLATION, *LEARNERS):
+        for run in (*MARS_RUNS, *LEARNERS):
             if "curve" in entry.get(run, {}):
                 for key, target in (("to_best_known", best_known), ("to_mars_best", mars_best)):
                     s, t = reach(entry[run]["curve"], (1 + WITHIN) * target)
@@ -169,7 +174,7 @@ def assemble(names: list[str], samples: int) -> dict:
 
 
 def table(results: dict) -> str:
-    head = ["model", "best known", *ABLATION, *LEARNERS, *BASELINES]
+    head = ["model", "best known", *MARS_RUNS, *LEARNERS, *BASELINES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, entry in results.items():
         runs = entry["runs"]
@@ -181,7 +186,7 @@ def table(results: dict) -> str:
     lines += ["", "| model | run | samples to 5% of best known | s | samples to 5% of Mars's best | s | load |",
               "|---|---|---|---|---|---|---|"]
     for name, entry in results.items():
-        for run in ABLATION:
+        for run in MARS_RUNS:
             r = entry["runs"].get(run, {})
             if "curve" not in r:
                 continue
@@ -202,7 +207,7 @@ def plot(results: dict) -> None:
 
     figure, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
     for ax, (name, entry) in zip(axes[0], results.items()):
-        for run in (*ABLATION, *LEARNERS):
+        for run in (*MARS_RUNS, *LEARNERS):
             points = [(p[0], p[2] / 1e3) for p in entry["runs"].get(run, {}).get("curve", []) if math.isfinite(p[2])]
             if points:
                 ax.step(*zip(*points), where="post", label=run)
@@ -244,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
     parser.add_argument("--samples", type=int, default=480, help="simulated placements per run")
-    parser.add_argument("--part", choices=("ablation", "learners", "baselines"),
+    parser.add_argument("--part", choices=("learners", "baselines"),
                         help="run one part (they can run side by side)")
     parser.add_argument("--report", action="store_true", help="write mars.json, the curves and the table")
     args = parser.parse_args(argv)

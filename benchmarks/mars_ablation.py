@@ -3,29 +3,40 @@
 The paper ("Accelerated Device Placement Optimization with Contrastive Learning", ICPP 2021) reports
 13.2% less training time with the pre-trained encoder. One run per arm cannot show a difference of
 that size: seeds move the curves more than that. So here every model (GNMT-4, Inception-V3, the
-BERT-like transformer; ``mars.MODELS``) is trained with ``--seeds`` seeds in both arms, ``mars``
-(the shipped DGI-pre-trained encoder) and ``mars-no-pretrain`` (``pretrained=false``). With one seed
-the two arms draw the same placer weights and the same samples (``devplace.learn.mars``), so a pair
-differs in the encoder's starting weights only. Each run is capped by ``--samples`` and by
-``--time-cap-s`` seconds (whichever comes first; the cap makes the wall time of the whole ablation
-predictable on a shared machine, the samples it reached are recorded).
+BERT-like transformer; ``mars.MODELS``) is trained with ``--seeds`` seeds in the arms of a pair:
+
+- fine-tuned (the paper's setting): ``mars`` (the shipped DGI-pre-trained encoder) against
+  ``mars-no-pretrain`` (``pretrained=false``), PPO training encoder and placer together;
+- frozen: ``mars-frozen`` against ``mars-no-pretrain-frozen`` (``freeze_encoder=true``): the placer
+  cannot move the encoder, so the arms differ only in the embeddings it reads.
+
+With one seed every arm draws the same placer weights and the same samples (``devplace.learn.mars``).
+Each run is capped by ``--samples`` and by ``--time-cap-s`` seconds (whichever comes first; the cap
+makes the wall time of the whole ablation predictable on a shared machine, the samples it reached
+are recorded). This script owns the ablation; ``mars.py`` shows its seed-0 runs beside the others.
 
 Reported per model and arm, for each seed and as the median over seeds: the best step time, the
 samples and seconds until the best-so-far came within 5% of the best known placement (the fastest
-of the ablation's runs and of ``mars.py``'s baselines, if cached) and within 5% of Mars's
-best (the fastest of all the model's ablation runs, either arm); "not reached" counts as the run's
-last sample for the median, said in the table. The encoder's drift (how far fine-tuning moved its
-weights, relative to their norm) is reported beside, to see whether the placer learns past the
-encoder. ``VARIANTS`` (other PPO settings of the pre-trained arm) are reported beside, on the same
-targets, when they have runs.
+of the ablation's runs and of ``mars.py``'s baselines at the same budget, if cached) and within 5%
+of Mars's best (the fastest of all the model's ablation runs, any arm); "not reached" counts as the
+run's last sample for the median, said in the table. Two measurements say whether the placer uses
+the encoder: its drift (how far fine-tuning moved the encoder's weights, relative to their norm) and
+the embedding dependence of the trained policy (``embedding_kl``: the mean KL divergence, per
+decision, between the policy's device distribution with each unit's own embedding and with the
+embeddings permuted among the units); ``--at-start`` measures the same of the untrained policies,
+with the scale of what the decoder reads (``at_start``). ``VARIANTS`` (other PPO settings of the
+pre-trained arm) are reported beside, on the same targets, when they have runs.
 
-    .venv/bin/python benchmarks/mars.py --part baselines --samples 800       # best known (sim-search etc.)
-    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300
+    .venv/bin/python benchmarks/mars.py --part baselines --samples 1600      # best known (sim-search etc.)
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --arms mars-frozen,mars-no-pretrain-frozen
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400   # the fine-tuned pair
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300 --arms mars-sb3-ppo
-    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300 --report
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --at-start
+    .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --report
 
 Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
-``benchmarks/results/mars_ablation.json`` and ``benchmarks/results/mars_ablation.png``.
+``benchmarks/results/mars_ablation_SAMPLES.json`` and ``.png`` (``report_name``: one pair per budget,
+so rounds at different budgets keep their files).
 """
 
 from __future__ import annotations
@@ -43,16 +54,24 @@ import torch
 from devplace.fileio import write_text_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mars import (ABLATION, BASELINES, MODELS, RUNS, WITHIN, graph_and_cluster, learn, load_now, model_names,  # noqa: E402
+from mars import (BASELINES, MODELS, RUNS, WITHIN, graph_and_cluster, learn, load_now, model_names,  # noqa: E402
                   reach, write_figure)
 from reproduce_papers import RESULTS  # noqa: E402
 
 
+ABLATION = {"mars": {}, "mars-no-pretrain": {"pretrained": False},
+            "mars-frozen": {"freeze_encoder": True}, "mars-no-pretrain-frozen": {"pretrained": False, "freeze_encoder": True}}
+PAIRS = {"fine-tuned": ("mars", "mars-no-pretrain"), "frozen": ("mars-frozen", "mars-no-pretrain-frozen")}
 # Beside the ablation, one documented alternative to CleanRL's PPO defaults (the paper states none):
 # Stable-Baselines3's PPO defaults where devplace's Mars has the knob (Adam 3e-4, 10 epochs per batch, no
 # entropy bonus; the annealing, the value clipping and the 4 minibatches stay), pre-trained encoder.
 VARIANTS = {"mars-sb3-ppo": {"learning_rate": 3e-4, "update_epochs": 10, "entropy_coef": 0.0}}
 ARMS = ABLATION | VARIANTS
+
+
+def report_name(samples: int) -> str:
+    """The report's file name, without extension, for runs of ``samples``."""
+    return f"mars_ablation_{samples}"
 
 
 def run_path(name: str, arm: str, samples: int, cap_s: float, seed: int) -> Path:
@@ -75,6 +94,98 @@ def encoder_drift(checkpoint: Path, options: dict, seed: int) -> float:
     return moved / math.sqrt(sum(float((v ** 2).sum()) for v in start.values()))
 
 
+class _Permuted(torch.nn.Module):
+    """An encoder whose unit embeddings are handed out in another order (``order[i]``'s to unit i)."""
+
+    def __init__(self, encoder, order: torch.Tensor):
+        super().__init__()
+        self.inner, self.order, self.hidden = encoder, order, encoder.hidden
+
+    def forward(self, x, edge_index):
+        return self.inner(x, edge_index)[self.order]
+
+
+def _device_log_probs(policy, g, actions: torch.Tensor) -> torch.Tensor:
+    """(K, U, devices) log-probabilities of every device at each decision, the previous decisions being
+    ``actions`` (teacher forcing): the device head's logits, caught as ``evaluate`` computes them."""
+    caught, heads = [], policy._heads
+
+    def catching(h, memory):
+        logits, value = heads(h, memory)
+        caught.append(logits)
+        return logits, value
+
+    policy._heads = catching
+    with torch.no_grad():
+        policy.evaluate(g, actions)
+    del policy._heads
+    return torch.log_softmax(torch.cat(caught, 1), -1)
+
+
+def _policy(graph, cluster, checkpoint: Path, options: dict):
+    """The policy a run saved in ``checkpoint`` and the unit graph it reads."""
+    from devplace.learn.encoder import GCNEncoder, unit_graph
+    from devplace.learn.mars import MarsOptions, mars_units
+    from devplace.learn.marsnet import SegmentPlacer
+
+    settings = MarsOptions(**options)
+    weights = torch.load(checkpoint, weights_only=False)["policy"]
+    encoder = GCNEncoder(weights["encoder.act1.weight"].shape[0])
+    policy = SegmentPlacer(encoder, cluster.n_devices, settings.hidden_size, settings.segment_length)
+    policy.load_state_dict(weights)
+    return policy, unit_graph(graph, mars_units(graph, settings.max_units).unit_of)
+
+
+def _mean_kl(own: torch.Tensor, other: torch.Tensor) -> float:
+    """Mean over decisions of KL(own || other), both (K, U, devices) log-probabilities, in nats."""
+    return float((own.exp() * (own - other)).sum(-1).mean())
+
+
+def embedding_kl(graph, cluster, checkpoint: Path, options: dict, seed: int, placements: int = 16) -> dict:
+    """How much the trained policy's decisions depend on which embedding each unit gets: the mean, over
+    the decisions of ``placements`` sampled placements, of KL(policy || policy with the unit embeddings
+    permuted among the units), both given the same previous decisions (teacher forcing), in nats; beside
+    it, for scale, the mean KL(policy || uniform), how far the policy has moved from a coin toss at all.
+    A nearly deterministic policy hides logit changes from the KL, so ``logit_change`` is the logits' own
+    change: mean |change| of the centred log-probabilities over their mean |value| (0: the embeddings
+    do not move the logits; 1: they move them as much as the logits differ between devices)."""
+    policy, g = _policy(graph, cluster, checkpoint, options)
+    generator = torch.Generator().manual_seed(seed)
+    actions = policy.act(g, placements, generator).actions
+    own = _device_log_probs(policy, g, actions)
+    policy.encoder = _Permuted(policy.encoder, torch.randperm(g.n_units, generator=generator))
+    uniform = torch.full_like(own, -math.log(cluster.n_devices))
+    permuted = _device_log_probs(policy, g, actions)
+    centred, moved = own - own.mean(-1, keepdim=True), permuted - permuted.mean(-1, keepdim=True)
+    return {"embedding_kl": _mean_kl(own, permuted), "uniform_kl": _mean_kl(own, uniform),
+            "logit_change": float((moved - centred).abs().mean() / centred.abs().mean())}
+
+
+def at_start(graph, cluster, seed: int, placements: int = 16) -> dict:
+    """The policies as they start (one batch at learning rate 0, so the weights stay as built; frozen
+    and fine-tuned arms start alike): per encoder its ``embedding_kl`` and the scale of what the decoder
+    reads at each unit (root mean square of the unit's encoding and of the previous device's embedding,
+    the two halves of its input; and of the encoder's embeddings the reader LSTM turns into encodings), and KL(pre-trained || random) on the pre-trained policy's samples: how
+    differently the two encoders make the same placer decide before any training."""
+    out, policies = {}, {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for arm in PAIRS["fine-tuned"]:
+            checkpoint = Path(scratch) / f"{arm}.pt"
+            learn(graph, cluster, "mars", 16, ARMS[arm] | {"learning_rate": 0.0, "checkpoint": str(checkpoint)},
+                  seed=seed)
+            out[arm] = embedding_kl(graph, cluster, checkpoint, ARMS[arm], seed, placements)
+            policies[arm] = policy, g = _policy(graph, cluster, checkpoint, ARMS[arm])
+            with torch.no_grad():
+                encoded = policy._encode(g)[0]
+                out[arm] |= {"embedding_rms": float(policy.encoder(g.x, g.edge_index).pow(2).mean().sqrt()),
+                             "encoding_rms": float(encoded.pow(2).mean().sqrt()),
+                             "device_embedding_rms": float(policy.device_embed.weight.pow(2).mean().sqrt())}
+    (policy, g), (other, _) = policies.values()
+    actions = policy.act(g, placements, torch.Generator().manual_seed(seed)).actions
+    out["pretrained_vs_random_kl"] = _mean_kl(_device_log_probs(policy, g, actions), _device_log_probs(other, g, actions))
+    return out
+
+
 def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, cap_s: float) -> None:
     for name in names:
         graph, cluster = graph_and_cluster(name)
@@ -92,10 +203,26 @@ def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, c
                                    seed=seed)
                     if "error" not in result:
                         result["encoder_drift"] = encoder_drift(checkpoint, options, seed)
+                        result |= embedding_kl(graph, cluster, checkpoint, options, seed)
                 write_text_atomic(path, json.dumps(result | {"seed": seed, "ops": graph.n_ops}, default=float) + "\n")
                 print(f"  {arm} seed {seed}: {result.get('best_step_us', math.nan) / 1e3:.2f} ms, "
                       f"{result.get('samples')} samples in {result.get('seconds')} s {result.get('error', '')}",
                       flush=True)
+
+
+def start_path(name: str, seed: int) -> Path:
+    return RUNS / f"{name}-start-seed{seed}.json"
+
+
+def measure_starts(names: list[str], seeds: list[int]) -> None:
+    """``at_start`` for each model and seed, kept under RUNS."""
+    for name in names:
+        graph, cluster = graph_and_cluster(name)
+        for seed in seeds:
+            if not start_path(name, seed).exists():
+                figures = at_start(graph, cluster, seed) | {"seed": seed, "load": round(load_now(), 1)}
+                write_text_atomic(start_path(name, seed), json.dumps(figures) + "\n")
+                print(f"{name} seed {seed} at start: {figures}", flush=True)
 
 
 def median_reach(runs: list[dict], key: str) -> tuple[float, int]:
@@ -105,18 +232,43 @@ def median_reach(runs: list[dict], key: str) -> tuple[float, int]:
     return statistics.median(values), sum(r[f"samples_{key}"] is not None for r in runs)
 
 
+def _median_of(runs: list[dict], key: str) -> float | None:
+    """The median of ``key`` over runs, None if a run lacks it (runs made before it was measured)."""
+    values = [r.get(key) for r in runs]
+    return None if None in values else statistics.median(values)
+
+
+def compare_pairs(arms: dict) -> dict:
+    """Per pair with runs in both arms: for each target, on how many seeds the pre-trained arm needed
+    fewer, more or as many samples as the random one (a run that did not reach it counts its last sample)."""
+    out = {}
+    for pair, (pre, rand) in PAIRS.items():
+        by_seed = {arm: {r["seed"]: r for r in arms.get(arm, [])} for arm in (pre, rand)}
+        seeds = sorted(set(by_seed[pre]) & set(by_seed[rand]))
+        if not seeds:
+            continue
+        out[pair] = {"seeds": seeds}
+        for key in ("to_best_known", "to_mars_best"):
+            need = {arm: [by_seed[arm][s][f"samples_{key}"] or by_seed[arm][s]["samples"] for s in seeds]
+                    for arm in (pre, rand)}
+            diffs = [a - b for a, b in zip(need[pre], need[rand])]
+            out[pair][key] = {"fewer": sum(d < 0 for d in diffs), "more": sum(d > 0 for d in diffs),
+                              "equal": sum(d == 0 for d in diffs)}
+    return out
+
+
 def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float) -> dict:
     results = {}
     for name in names:
         arms = {arm: [json.loads(p.read_text()) for seed in seeds
                       if (p := run_path(name, arm, samples, cap_s, seed)).exists()] for arm in ARMS}
         arms = {arm: [r for r in runs if "curve" in r] for arm, runs in arms.items()}
-        if not all(arms[arm] for arm in ABLATION):
+        if not any(all(arms[arm] for arm in pair) for pair in PAIRS.values()):
             continue
         arms = {arm: runs for arm, runs in arms.items() if runs}
         baselines = {spec: json.loads(p.read_text()) for spec in BASELINES
                      if (p := RUNS / f"{name}-{spec}-{samples}.json").exists()}
-        found = [r["best_step_us"] for arm in ABLATION for r in arms[arm]]
+        found = [r["best_step_us"] for arm in ABLATION for r in arms.get(arm, [])]
         mars_best = min(found)
         best_known = min(found + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])
         for runs in arms.values():
@@ -127,15 +279,22 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float) -> 
         for arm, runs in arms.items():
             summary[arm] = {"median_best_step_us": statistics.median(r["best_step_us"] for r in runs),
                             "median_seconds": statistics.median(r["seconds"] for r in runs),
-                            "median_encoder_drift": statistics.median(r["encoder_drift"] for r in runs)}
+                            **{f"median_{key}": _median_of(runs, key)
+                               for key in ("encoder_drift", "embedding_kl", "uniform_kl", "logit_change")}}
             for key in ("to_best_known", "to_mars_best"):
                 summary[arm][f"median_samples_{key}"], summary[arm][f"reached_{key}"] = median_reach(runs, key)
                 reached = [r[f"seconds_{key}"] for r in runs if r[f"seconds_{key}"] is not None]
                 summary[arm][f"median_seconds_{key}"] = statistics.median(reached) if reached else None
-        results[name] = {"arms": arms, "summary": summary, "best_known_us": best_known, "mars_best_us": mars_best,
+        starts = [json.loads(p.read_text()) for seed in seeds if (p := start_path(name, seed)).exists()]
+        results[name] = {"arms": arms, "summary": summary, "pairs": compare_pairs(arms), "at_start": starts,
+                         "best_known_us": best_known, "mars_best_us": mars_best,
                          "baselines": {k: v.get("best_step_us") for k, v in baselines.items()},
                          "samples": samples, "time_cap_s": cap_s, "seeds": seeds}
     return results
+
+
+def _figure(value) -> str:
+    return "-" if value is None else f"{value:.2e}"
 
 
 def _cell(samples, seconds) -> str:
@@ -144,7 +303,8 @@ def _cell(samples, seconds) -> str:
 
 def table(results: dict) -> str:
     lines = ["| model | arm | seed | best (ms) | to 5% of best known: samples (s) | to 5% of Mars's best: samples (s) "
-             "| samples run | s | load | encoder drift |", "|" + "---|" * 10]
+             "| samples run | s | load | encoder drift | KL to permuted embeddings (nats) | KL to uniform (nats) "
+             "| logit change |", "|" + "---|" * 13]
     for name, entry in results.items():
         for arm, runs in entry["arms"].items():
             for r in runs:
@@ -152,7 +312,8 @@ def table(results: dict) -> str:
                     MODELS[name][0], arm, str(r["seed"]), f"{r['best_step_us'] / 1e3:.1f}",
                     _cell(r["samples_to_best_known"], r["seconds_to_best_known"]),
                     _cell(r["samples_to_mars_best"], r["seconds_to_mars_best"]), str(r["samples"]),
-                    f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}", f"{r['encoder_drift']:.3f}"]) + " |")
+                    f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}", f"{r['encoder_drift']:.3f}",
+                    *(_figure(r.get(key)) for key in ("embedding_kl", "uniform_kl", "logit_change"))]) + " |")
     lines += ["", "| model | best known (ms) | Mars's best (ms) | arm | median best (ms) | median samples to 5% of "
               "best known (reached) | median samples to 5% of Mars's best (reached) | median s to it |",
               "|" + "---|" * 8]
@@ -165,6 +326,25 @@ def table(results: dict) -> str:
                 f"{s['median_samples_to_best_known']:g} ({s['reached_to_best_known']}/{len(entry['arms'][arm])})",
                 f"{s['median_samples_to_mars_best']:g} ({s['reached_to_mars_best']}/{len(entry['arms'][arm])})",
                 "-" if seconds is None else f"{seconds:.0f}"]) + " |")
+    lines += ["", "| model | pair | seeds | pre-trained fewer / more / equal samples: to 5% of best known "
+              "| to 5% of Mars's best |", "|" + "---|" * 5]
+    for name, entry in results.items():
+        for pair, c in entry["pairs"].items():
+            lines.append("| " + " | ".join([MODELS[name][0], pair, ",".join(map(str, c["seeds"]))] + [
+                f"{c[key]['fewer']} / {c[key]['more']} / {c[key]['equal']}" for key in ("to_best_known", "to_mars_best")])
+                + " |")
+    lines += ["", "| model | seed | encoder | KL to permuted embeddings (nats) | KL to uniform (nats) | logit change "
+              "| embedding rms | unit encoding rms | previous-device embedding rms | KL pre-trained to random (nats) |",
+              "|" + "---|" * 10]
+    for name, entry in results.items():
+        for start in entry["at_start"]:
+            for arm in PAIRS["fine-tuned"]:
+                a = start[arm]
+                lines.append("| " + " | ".join([MODELS[name][0], str(start["seed"]), arm, f"{a['embedding_kl']:.2e}",
+                                                f"{a['uniform_kl']:.2e}", _figure(a["logit_change"]),
+                                                f"{a['embedding_rms']:.3f}",
+                                                f"{a['encoding_rms']:.3f}", f"{a['device_embedding_rms']:.3f}",
+                                                f"{start['pretrained_vs_random_kl']:.2e}"]) + " |")
     return "\n".join(lines)
 
 
@@ -186,18 +366,20 @@ def plot(results: dict) -> None:
         ax.set_xlabel("simulated placements")
         ax.set_title(MODELS[name][0], fontsize=9)
     axes[0][0].set_ylabel("best step time so far (ms)")
-    write_figure(figure, axes, "mars_ablation.png")
+    write_figure(figure, axes, f"{report_name(next(iter(results.values()))['samples'])}.png")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each run in both arms")
-    parser.add_argument("--arms", default=",".join(ABLATION), help=f"comma-separated, of {', '.join(ARMS)}: the arms to "
-                        "run (a model is reported once both ablation arms have runs)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each run in every arm of --arms")
+    parser.add_argument("--arms", default=",".join(PAIRS["fine-tuned"]), help=f"comma-separated, of {', '.join(ARMS)}: "
+                        "the arms to run (a model is reported once both arms of a pair have runs)")
     parser.add_argument("--samples", type=int, default=800, help="simulated placements per run (a cap)")
     parser.add_argument("--time-cap-s", type=float, default=300.0, help="seconds per run (a cap)")
-    parser.add_argument("--report", action="store_true", help="only write mars_ablation.json, the PNG and the table")
+    parser.add_argument("--at-start", action="store_true", help="only measure the untrained policies (at_start; "
+                        "the report shows them)")
+    parser.add_argument("--report", action="store_true", help="only write the report (JSON, PNG, the table)")
     args = parser.parse_args(argv)
     names = model_names(parser, args.models)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -205,11 +387,14 @@ def main(argv: list[str] | None = None) -> int:
     if any(a not in ARMS for a in arms):
         parser.error(f"unknown arm in {args.arms!r}: use {', '.join(ARMS)}")
     RUNS.mkdir(parents=True, exist_ok=True)
+    if args.at_start:
+        measure_starts(names, seeds)
+        return 0
     if not args.report:
         run_all(names, arms, seeds, args.samples, args.time_cap_s)
     results = assemble(names, seeds, args.samples, args.time_cap_s)
-    write_text_atomic(RESULTS / "mars_ablation.json", json.dumps(results, indent=1, default=float) + "\n")
-    if results:         # a model enters once both arms have runs
+    write_text_atomic(RESULTS / f"{report_name(args.samples)}.json", json.dumps(results, indent=1, default=float) + "\n")
+    if results:         # a model enters once both arms of a pair have runs
         plot(results)
     print(table(results))
     return 0

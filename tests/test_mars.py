@@ -42,7 +42,7 @@ def test_mars_is_registered_off_by_default_with_ppo_and_ablation_options():
     info = available()["mars"]
     names = {o["name"] for o in info.describe()["options"]}
     assert {"samples", "checkpoint", "resume", "log", "workers", "clip", "update_epochs", "minibatches",
-            "entropy_coef", "value_coef", "segment_length", "pretrained", "encoder"} <= names
+            "entropy_coef", "value_coef", "segment_length", "pretrained", "encoder", "freeze_encoder"} <= names
     assert not info.by_default and "mars" not in default_algos()
     # REINFORCE's knobs belong to ColocRL and HP: Mars neither lists them nor takes them silently
     reinforce_only = {"tanh_constant", "baseline_decay", "temperature", "deviations", "deviate_from", "lr_decay"}
@@ -204,3 +204,23 @@ def test_killed_and_resumed_mars_run_ends_exactly_like_an_uninterrupted_one(tmp_
     resumed, params, state = _train(tmp_path, "part", "mars", resume=True, **options)
     assert resumed.devices.tolist() == whole.devices.tolist() and _same_parameters(params, whole_params)
     assert [r["loss"] for r in state["rows"]] == [r["loss"] for r in whole_state["rows"]]
+
+
+
+def test_freeze_encoder_keeps_the_encoder_as_it_starts_and_still_trains_the_placer(tmp_path):
+    """With ``freeze_encoder`` the encoder's weights end as they start (the seed's random GCN) while the
+    placer's move; without it PPO moves both."""
+    g, cluster = two_chains(6, {"fast": 100.0, "slow": 1000.0}), fast_and_slow()
+    options = FAST | dict(learning_rate=0.01, pretrained=False, encoder_hidden=8, samples=32)
+    with seeded(0):      # as mars builds its networks
+        start = SegmentPlacer(GCNEncoder(8), cluster.n_devices, FAST["hidden_size"], FAST["segment_length"]).state_dict()
+
+    def moved(frozen: bool, part: str) -> float:
+        checkpoint = tmp_path / f"frozen-{frozen}.pt"
+        if not checkpoint.exists():
+            dp.place(g, cluster, algo="mars", seed=0, checkpoint=str(checkpoint), freeze_encoder=frozen, **options)
+        end = torch.load(checkpoint, weights_only=False)["policy"]
+        return max(float((end[k] - v).abs().max()) for k, v in start.items() if k.startswith(part))
+
+    assert moved(True, "encoder.") == 0.0 and moved(True, "decoder.") > 1e-3
+    assert moved(False, "encoder.") > 1e-3 and moved(False, "decoder.") > 1e-3

@@ -9,9 +9,13 @@
    labels or step times (``encoder``; ``devplace train mars-encoder``; the package ships one) and
    are fine-tuned with the placer; ``pretrained=false`` starts them at random (the paper's ablation;
    everything else, the placer's initial weights and the sampling, is drawn alike in both arms);
+   ``freeze_encoder=true`` keeps them as they start, so pre-trained and random arms can differ only
+   through the embeddings the placer reads (the paper trains the whole agent by PPO; it does not say
+   the encoder is frozen, so the default fine-tunes);
 3. the units are cut into segments of ``segment_length``; an LSTM with attention places one segment
    at a time, carrying its state to the next (``marsnet.SegmentPlacer``);
-4. PPO with a value head trains encoder and placer together on the simulated step time (``ppo``).
+4. PPO with a value head trains encoder and placer together (the placer alone with ``freeze_encoder``)
+   on the simulated step time (``ppo``).
 
 The paper reports the step times Mars finds and that pre-training cut training time by 13.2%; it
 gives no hyper-parameters. Ours are CleanRL's PPO defaults where PPO has one (``MarsOptions`` says
@@ -60,6 +64,8 @@ class MarsOptions(LearnerOptions):
     pretrained: bool = option(True, "start the encoder from its Deep Graph Infomax pre-training (false: random)")
     encoder: str = option("", "pre-trained encoder file (`devplace train mars-encoder`); empty: the shipped one")
     encoder_hidden: int = option(64, "encoder width when pretrained=false (the shipped encoder's)")
+    freeze_encoder: bool = option(False, "keep the encoder's weights as they start (pre-trained or random); "
+                                  "false, as the paper: PPO fine-tunes them with the placer")
 
 
 def mars_units(graph, max_units: int):
@@ -98,7 +104,9 @@ def place(graph, cluster, *, seed: int = 0, options: MarsOptions = MarsOptions()
         policy = SegmentPlacer(encoder, cluster.n_devices, options.hidden_size, options.segment_length)
     if pretrained is not None:
         encoder.load_state_dict(pretrained.state_dict())
-    optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate, eps=1e-5)
+    encoder.requires_grad_(not options.freeze_encoder)
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trained, lr=options.learning_rate, eps=1e-5)
     settings = PPOSettings(options.clip, options.update_epochs, options.minibatches, options.entropy_coef,
                            options.value_coef, options.grad_clip)
     n_updates = -(-options.samples // options.samples_per_update)
@@ -111,7 +119,7 @@ def place(graph, cluster, *, seed: int = 0, options: MarsOptions = MarsOptions()
         outcomes = rollouts.evaluate(unit_devices)
         batch = Batch(drawn.actions, drawn.log_prob, drawn.value,
                       torch.as_tensor(reward(outcomes), dtype=torch.float32))
-        figures = ppo_update(lambda actions: policy.evaluate(g, actions), policy.parameters(), optimizer, batch,
+        figures = ppo_update(lambda actions: policy.evaluate(g, actions), trained, optimizer, batch,
                              settings, generator)
         return Update(unit_devices, outcomes, figures["entropy"], figures["loss"])
 
