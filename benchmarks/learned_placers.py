@@ -53,11 +53,14 @@ LEARNERS = ("colocrl", "hp")
 WARM_STARTS = "expert,m-sct+opt,single"
 # devplace's variant (docs/learning.md): options beside the warm start, per learner; samples deviate from the
 # best placement so far, and cloning is short (the policy then only steers which units move, and where)
+# (round 4: every placement in the faster of the topological and upward-rank orders, a quarter of each batch
+# drawn from the policy whole, and ColocRL's groups without the single-consumer rule: benchmarks/learner_projection.py)
+ROUND4 = dict(schedule_orders="topological,upward-rank", fresh_share=0.25)
 DEVPLACE = {
     "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,
-                    normalize_advantage=True),
+                    normalize_advantage=True, single_consumer=False, **ROUND4),
     "hp": dict(init_updates=50, deviations=1.0, deviate_from="best", boundary_moves=1.0, position_features=64,
-               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True),
+               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4),
 }
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
@@ -91,19 +94,22 @@ def thinned(curve: list) -> list:
             if k == 0 or k == len(curve) - 1 or point[2] != curve[k - 1][2]]
 
 
-def random_search(graph, cluster, samples: int, time_budget_s: float | None) -> dict:
-    """Best step time so far of ``samples`` random placements that fit (the random placer, seeds 0..)."""
-    sim = dp.Simulator(graph, cluster)
+def random_search(graph, cluster, samples: int, time_budget_s: float | None, orders: str = "topological") -> dict:
+    """Best step time so far of ``samples`` random placements that fit (the random placer, seeds 0..), each
+    scored as the learners score theirs: in the fastest of the schedule ``orders`` (``learn.env``)."""
+    from devplace.learn.env import PlacementEnv
+
+    env = PlacementEnv(graph, cluster, np.arange(graph.n_ops), tuple(orders.split(",")))
     best, curve, began = math.inf, [], time.perf_counter()
     for seed in range(samples):
         if time_budget_s is not None and time.perf_counter() - began > time_budget_s:
             break
         devices = dp.place(graph, cluster, algo="random", seed=seed, check=False).devices
-        result = sim.run(devices)
-        if not result.oom_devices:
-            best = min(best, result.step_time_us)
+        result = env.evaluate(np.asarray(devices)[None])
+        if not result.oom[0]:
+            best = min(best, float(result.step_us[0]))
         curve.append((seed + 1, round(time.perf_counter() - began, 3), best))
-    return {"best_step_us": best, "curve": thinned(curve)}
+    return {"best_step_us": best, "curve": thinned(curve), "orders": orders}
 
 
 def learner_options(algo: str, config: str) -> dict:
@@ -320,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label}: {run.get('best_step_us', math.nan) / 1e3:.2f} ms in {run['seconds']} s "
                   f"{run.get('error', '')} (init {run.get('init_step_us', math.nan) / 1e3:.2f} ms, "
                   f"returned {run.get('returned', '-')}, load {os.getloadavg()[0]:.1f})", flush=True)
-        entry["random"] = random_search(graph, cluster, samples, args.time_budget_s)
+        # as many samples as the learners drew (the comparison is at equal samples), scored in their orders
+        drawn = [entry[run_label(a, args.config)].get("samples", samples) for a in LEARNERS
+                 if run_label(a, args.config) in entry]
+        orders = ROUND4["schedule_orders"] if args.config == "devplace" else "topological"
+        entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s, orders)
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
         results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
         kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes

@@ -425,7 +425,8 @@ def test_deviating_from_the_best_so_far_moves_around_it_not_the_greedy_decode(mo
         placed = dp.place(g, cluster, algo="colocrl", seed=0, samples=41, init="accelerate-auto", init_updates=0,
                           deviations=1.0, learning_rate=0.0, **(FAST | extra))
         best, best_us, moved = start, start_us, []
-        for rows, step_us in batches:
+        assert len(batches[0][0]) == 1 and (batches[0][0][0] == start).all()    # the warm start, scored first
+        for rows, step_us in batches[1:]:
             moved += [(row != best).sum() for row in rows]
             i = int(np.argmin(step_us))
             if step_us[i] < best_us:
@@ -458,3 +459,68 @@ def test_boundary_moves_shift_the_cut_between_devices():
         dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, boundary_moves=1.0, **FAST)
     with pytest.raises(DevplaceError, match="deviate_from='worst' must be greedy or best"):
         dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, deviate_from="worst", **FAST)
+
+
+def test_fresh_share_draws_part_of_each_batch_from_the_policy_whole(monkeypatch):
+    """fresh_share: with deviate_from=best the last share of each batch is sampled from the policy, every
+    group (an uncloned policy: far from the best), the rest stays a few moves from it; without the option
+    every sample is a few moves from the best, so a run cannot leave the best's basin."""
+    g, cluster = slow_second_half(), fast_and_slow()
+    start = dp.place(g, cluster, algo="accelerate-auto").devices
+    evaluate, batches = PlacementEnv.evaluate, []
+
+    def spy(self, unit_devices):
+        outcomes = evaluate(self, unit_devices)
+        batches.append((np.asarray(unit_devices)[:, self.unit_of], outcomes.step_us))
+        return outcomes
+
+    def moved_from_best_so_far(**extra):
+        batches.clear()
+        dp.place(g, cluster, algo="colocrl", seed=0, samples=41, init="accelerate-auto", init_updates=0,
+                 deviations=1.0, deviate_from="best", learning_rate=0.0, **(FAST | extra))
+        best, best_us, moved = start, batches[0][1][0], []
+        for rows, step_us in batches[1:]:
+            moved.append([(row != best).sum() for row in rows])
+            i = int(np.argmin(step_us))
+            if step_us[i] < best_us:
+                best, best_us = rows[i], step_us[i]
+        return np.array(moved[:-1])     # whole batches of 4
+
+    monkeypatch.setattr(PlacementEnv, "evaluate", spy)
+    mixed, local = moved_from_best_so_far(fresh_share=0.5), moved_from_best_so_far()
+    assert mixed[:, :2].max() <= 12 and np.median(mixed[:, 2:]) > 10, mixed
+    assert local.max() <= 12, local
+    with pytest.raises(DevplaceError, match="fresh_share needs deviate_from=best"):
+        dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, fresh_share=0.5, **FAST)
+    with pytest.raises(DevplaceError, match="fresh_share=1.5 must be between 0 and 1"):
+        dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, deviate_from="best", fresh_share=1.5, **FAST)
+
+
+def waits_for_an_idle_op() -> dp.OpGraph:
+    """x, then a feeding the chain b1 -> b2 -> b3: with x and a on one device and the chain on the other, the
+    topological order runs x before a and the chain starts 100 us late; the upward-rank order runs a first."""
+    b = GraphBuilder(["gpu"])
+    for name in ("x", "a", "b1", "b2", "b3"):
+        b.add_op(name, compute_us={"gpu": 100.0})
+    for src, dst in (("a", "b1"), ("b1", "b2"), ("b2", "b3")):
+        b.add_edge(src, dst, bytes=8.0)
+    return b.build()
+
+
+def test_schedule_orders_score_each_placement_in_the_faster_order():
+    """schedule_orders: a placement scores the faster of the topological and upward-rank orders (here 400 us
+    against 500), and the placement a learner returns carries the order its figure was simulated in."""
+    g, cluster = waits_for_an_idle_op(), uniform_cluster(2)
+    row = np.array([[0, 0, 1, 1, 1]])
+    ops = np.arange(g.n_ops)
+    topological = PlacementEnv(g, cluster, ops).evaluate(row).step_us[0]
+    both = PlacementEnv(g, cluster, ops, ("topological", "upward-rank"))
+    assert topological == pytest.approx(500.0, abs=1.0) and both.evaluate(row).step_us[0] == pytest.approx(400.0, abs=1.0)
+    ordered = dp.Placement(devices=row[0], priority=both.order_of(row[0]))
+    assert dp.simulate(g, cluster, ordered).step_time_us == both.evaluate(row).step_us[0]
+    assert PlacementEnv(g, cluster, ops).order_of(row[0]) is None
+    placed = dp.place(g, cluster, algo="colocrl", seed=0, samples=16, schedule_orders="topological,upward-rank",
+                      **FAST)
+    assert dp.simulate(g, cluster, placed).step_time_us == placed.options["step_us"]
+    with pytest.raises(DevplaceError, match="schedule orders sideways: use one or more of topological, upward-rank"):
+        dp.place(g, cluster, algo="colocrl", samples=4, schedule_orders="sideways", **FAST)

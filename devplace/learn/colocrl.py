@@ -46,13 +46,19 @@ class ColocRLOptions(ReinforceOptions):
     (a measured choice, not the paper's)."""
 
     max_groups: int = option(256, "most groups the policy places (consecutive groups merge beyond it)")
+    single_consumer: bool = option(True, "an op whose output only one op reads joins that op's group (the paper); "
+                                         "False: colocation groups only, finer, so more placements are expressible "
+                                         "(devplace's variant: on gnmt_layers_training the paper's 47 groups hold "
+                                         "sim-search's placement only 11% slower, colocation's 96 exactly)")
     learning_rate: float = option(0.001, "Adam learning rate")
     tanh_constant: float = option(0.0, "if > 0: device logits are tanh(x) times this (the paper bounds none)")
 
 
-def colocrl_groups(graph, max_groups: int):
-    """Colocation groups plus single-consumer chains, at most ``max_groups`` of them, as ``Units``."""
-    return capped_units(graph, coplacement_groups(graph, single_consumer=True, mirror=False), max_groups)
+def colocrl_groups(graph, max_groups: int, single_consumer: bool = True):
+    """Colocation groups plus (``single_consumer``) single-consumer chains, at most ``max_groups`` of them,
+    as ``Units``."""
+    labels = coplacement_groups(graph, single_consumer=True, mirror=False) if single_consumer else colocation_units(graph)
+    return capped_units(graph, labels, max_groups)
 
 
 @register(NAME, "ColocRL (ICML 2017): seq2seq LSTM + attention places op groups, REINFORCE on the simulator",
@@ -64,7 +70,7 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     from devplace.learn.train import explore_around, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
-    groups = colocrl_groups(graph, options.max_groups)
+    groups = colocrl_groups(graph, options.max_groups, options.single_consumer)
     # the simulator sees colocation units (each inside one group), so a centre finer than the groups
     # (deviate_from=best, a warm start the capped groups cannot hold) is kept exactly
     units = Units.from_labels(graph, colocation_units(graph))
@@ -79,7 +85,10 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
 
     anchor = []    # the cloned warm start: with option deviations, the decoder is fed it instead of its own choices
 
-    def sample(k, generator, noise_std, around):
+    def sample(k, generator, noise_std, around, fresh=False):
+        if fresh:     # option fresh_share: every group drawn, the decoder fed its own choices, as the paper samples
+            drawn = policy(features, k, generator, noise_std, deviate=False)
+            return Sample(drawn.actions[:, group_of_unit], drawn.log_prob, drawn.entropy)
         if around is not None:
             return explore_around(around, group_of_unit, n_devices, groups.n_units, k, generator,
                                   options.boundary_moves,

@@ -13,6 +13,14 @@ placement that does not fit as a failing one: 100 s in the Hierarchical Planner'
 ``oom_penalty_s_per_gib`` > 0 an overflowing placement instead costs its step time plus that many
 seconds per GiB over, a graded signal that still points towards fitting.
 
+``orders`` are the schedule orders a placement is simulated in: ``topological`` (the simulator's
+default, the only one by default: the papers leave the order to the framework's runtime) and
+``upward-rank`` (longest remaining path of the placement itself first, as HEFT and sim-search order
+ops); with both, each placement scores the faster (a fitting one before one that overflows), and
+``order_of`` gives that order's priority so the returned placement carries it. devplace's choice:
+sim-search searches the order too, and on GNMT-4 its devices alone, in the topological order, are
+20% slower than with its order (BENCHMARKS.md, "Learning placers", round 4).
+
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
 >>> env = PlacementEnv(chain_graph([10.0, 20.0]), uniform_cluster(2), np.array([0, 1]))
@@ -26,9 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from devplace.errors import DevplaceError
+from devplace.placement import Placement
+from devplace.placers._moves import upward_rank_us
 from devplace.sim import IncrementalSimulator, Simulator
 
 GIB = 2**30
+ORDERS = ("topological", "upward-rank")
 
 
 @dataclass
@@ -49,8 +61,12 @@ class Outcomes:
 class PlacementEnv:
     """A graph, a cluster and the units a policy places (``unit_of``: per op, its unit 0..U-1)."""
 
-    def __init__(self, graph, cluster, unit_of: np.ndarray):
-        self.graph, self.cluster = graph, cluster
+    def __init__(self, graph, cluster, unit_of: np.ndarray, orders: tuple[str, ...] = ("topological",)):
+        unknown = [o for o in orders if o not in ORDERS]
+        if unknown or not orders:
+            raise DevplaceError(f"schedule orders {', '.join(unknown) or '(none)'}: use one or more of "
+                                f"{', '.join(ORDERS)}")
+        self.graph, self.cluster, self.orders = graph, cluster, tuple(orders)
         self.unit_of = np.ascontiguousarray(unit_of, dtype=np.int64)
         self.n_units = int(self.unit_of.max()) + 1 if len(self.unit_of) else 0
         self.sim = Simulator(graph, cluster)
@@ -69,14 +85,28 @@ class PlacementEnv:
         step = np.empty(k)
         peak = np.empty((k, n_dev))
         for i, row in enumerate(devices):
-            if self.memory_is_ample:
-                step[i] = self.sim.step_time_us(row)
-                peak[i] = self._ample_peak(row)
-            else:
-                result = self.sim.run(row)
-                step[i] = result.step_time_us
-                peak[i] = result.peak_memory_bytes
+            step[i], peak[i], _ = self._fastest_order(row)
         return self._outcomes(step, peak)
+
+    def order_of(self, devices: np.ndarray) -> np.ndarray | None:
+        """The priority (None: topological) of the order ``evaluate`` scores this per-op placement in."""
+        return self._fastest_order(np.ascontiguousarray(devices, dtype=np.int64))[2]
+
+    def _fastest_order(self, devices: np.ndarray) -> tuple[float, np.ndarray, np.ndarray | None]:
+        """(step time, peak per device, priority) in the fastest of ``orders``, one that fits first."""
+        best = None
+        for order in self.orders:
+            priority = None if order == "topological" else -upward_rank_us(self.graph, self.cluster, devices,
+                                                                           self.sim.op_time_us)
+            if self.memory_is_ample:
+                step, peak = self.sim.step_time_us(devices, priority), self._ample_peak(devices)
+            else:
+                result = self.sim.run(devices if priority is None else Placement(devices=devices, priority=priority))
+                step, peak = result.step_time_us, result.peak_memory_bytes
+            key = (bool((peak > self.cluster.memory_bytes).any()), step)
+            if best is None or key < best[0]:
+                best = (key, step, peak, priority)
+        return best[1], best[2], best[3]
 
     def incremental(self, unit_devices: np.ndarray) -> IncrementalSimulator:
         """A run of one placement (U devices per unit) that ``move_unit`` changes a unit at a time."""

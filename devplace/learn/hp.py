@@ -83,8 +83,8 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
 
     anchor = []    # the cloned warm start's device per group: with option deviations, fed to the Placer's decoder
 
-    def sample(k, generator, noise_std, around):
-        if around is not None:     # deviate_from=best: around the best placement so far, the greedy grouping's groups
+    def sample(k, generator, noise_std, around, fresh=False):
+        if around is not None and not fresh:     # deviate_from=best: around the best placement so far, the greedy grouping's groups
             groups = grouper(op_features, generator, greedy=True).actions[0]
             embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
             return explore_around(around, groups.numpy(), cluster.n_devices, n_groups, k, generator,
@@ -92,11 +92,12 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
                                   lambda fed, preset: placer(embedded, k, generator, fed=fed, around=fed, preset=preset))
         parts = []
         for share in np.array_split(np.arange(k), min(options.groupings_per_update, k)):
-            grouping = grouper(op_features, generator, noise_std, greedy=options.deviations > 0)
+            around_greedy = options.deviations > 0 and not fresh    # fresh (option fresh_share): as the paper samples
+            grouping = grouper(op_features, generator, noise_std, greedy=around_greedy)
             groups = grouping.actions[0]
             embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
-            fed = anchor[0].expand(len(share), -1) if anchor and options.deviations > 0 else None
-            placed = placer(embedded, len(share), generator, noise_std, fed=fed)
+            fed = anchor[0].expand(len(share), -1) if anchor and around_greedy else None
+            placed = placer(embedded, len(share), generator, noise_std, fed=fed, deviate=not fresh)
             parts.append(Sample(actions=placed.actions[:, groups], log_prob=placed.log_prob + grouping.log_prob,
                                 entropy=(placed.entropy + grouping.entropy) / 2))
         return Sample(*(torch.cat([getattr(p, name) for p in parts]) for name in ("actions", "log_prob", "entropy")))

@@ -93,17 +93,18 @@ class Seq2SeqPlacer(nn.Module):
 
     def forward(self, features: torch.Tensor, k: int, generator: torch.Generator, noise_std: float = 0.0,
                 forced: torch.Tensor | None = None, fed: torch.Tensor | None = None,
-                around: torch.Tensor | None = None, preset: torch.Tensor | None = None) -> Sample:
+                around: torch.Tensor | None = None, preset: torch.Tensor | None = None, deviate: bool = True) -> Sample:
         """K device sequences for the (N, features) units; given ``forced`` (K, N), their log-probabilities,
         and when sampling, its own choices; ``fed`` (K, N), if given, is fed as the previous devices instead.
         Exploring (``deviation_rate`` > 0 or ``around`` given): deviations around ``around`` (K, N), or around
-        the greedy decode without it, plus the ``preset`` moves (``_deviate``)."""
+        the greedy decode without it, plus the ``preset`` moves (``_deviate``); ``deviate=False`` samples every
+        unit as the papers do even so (option fresh_share)."""
         encoded, (h, c) = self.encoder(torch.tanh(self.embed(features)).unsqueeze(0))
         memory = self.attend_memory(encoded).expand(k, -1, -1)
         h = h.transpose(0, 1).reshape(1, -1).expand(k, -1)       # both directions' last states side by side
         c = c.transpose(0, 1).reshape(1, -1).expand(k, -1)
         previous = torch.full((k,), self.n_devices, dtype=torch.long)
-        exploring = forced is None and (self.deviation_rate > 0 or around is not None)
+        exploring = forced is None and deviate and (self.deviation_rate > 0 or around is not None)
         actions, log_probs, entropies, all_logits = [], [], [], []
         for i in range(features.shape[0]):
             h, c = self.decoder(self.device_embed(previous), (h, c))

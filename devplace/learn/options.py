@@ -67,6 +67,14 @@ class ReinforceOptions(LearnerOptions):
     boundary_moves: float = option(0.0, "with deviate_from=best: each sample also shifts about this many boundaries "
                                         "between consecutive groups on different devices by one group (devplace's "
                                         "variant)")
+    schedule_orders: str = option("topological", "schedule orders each placement is simulated in, comma-separated: "
+                                                 "topological (the papers: the runtime's order) and upward-rank; with "
+                                                 "both, each scores the faster, and the placement returned carries it "
+                                                 "(devplace's variant)")
+    fresh_share: float = option(0.0, "with deviate_from=best: this share of each update's K samples (rounded) is "
+                                     "drawn from the policy whole, every decision, as the papers sample, the rest "
+                                     "deviate from the best: global exploration beside the local moves (devplace's "
+                                     "variant)")
 
 
 def learning_rate_at(options: ReinforceOptions, update: int) -> float:

@@ -50,9 +50,9 @@ def _chunks(unit_devices: np.ndarray, n: int) -> list[np.ndarray]:
 _worker_env: PlacementEnv | None = None
 
 
-def _start_worker(graph, cluster, unit_of) -> None:
+def _start_worker(graph, cluster, unit_of, orders) -> None:
     global _worker_env
-    _worker_env = PlacementEnv(graph, cluster, unit_of)
+    _worker_env = PlacementEnv(graph, cluster, unit_of, orders)
 
 
 def _evaluate_in_worker(unit_devices: np.ndarray) -> Outcomes:
@@ -65,7 +65,7 @@ class LocalWorkers:
     def __init__(self, env: PlacementEnv, n: int):
         self.n = n
         context = multiprocessing.get_context("spawn")
-        self.pool = context.Pool(n, initializer=_start_worker, initargs=(env.graph, env.cluster, env.unit_of))
+        self.pool = context.Pool(n, initializer=_start_worker, initargs=(env.graph, env.cluster, env.unit_of, env.orders))
 
     def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
         return Outcomes.concatenate(self.pool.map(_evaluate_in_worker, _chunks(unit_devices, self.n)))
@@ -91,7 +91,7 @@ class RayWorkers:
             else:
                 ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False)
         actor = ray.remote(num_cpus=1)(_RayEnv)
-        shared = ray.put((env.graph, env.cluster, env.unit_of))
+        shared = ray.put((env.graph, env.cluster, env.unit_of, env.orders))
         self.actors = [actor.remote(shared) for _ in range(n)]
 
     def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
@@ -114,12 +114,14 @@ class _RayEnv:
 
 
 @contextmanager
-def evaluator(graph, cluster, unit_of, *, workers: int = 1, ray: bool = False, ray_address: str = ""):
+def evaluator(graph, cluster, unit_of, *, workers: int = 1, ray: bool = False, ray_address: str = "",
+              orders: tuple[str, ...] = ("topological",)):
     """The evaluator the options ask for, closed on exit: Ray if ``ray`` or ``ray_address``, else
-    ``workers`` local processes (1: this process)."""
+    ``workers`` local processes (1: this process); ``orders``: the schedule orders each placement is
+    simulated in (``PlacementEnv``)."""
     if workers < 1:
         raise DevplaceError(f"option workers is {workers}: use 1 or more")
-    env = PlacementEnv(graph, cluster, unit_of)
+    env = PlacementEnv(graph, cluster, unit_of, orders)
     if ray or ray_address:
         chosen = RayWorkers(env, workers, ray_address or None)
     elif workers > 1:

@@ -19,7 +19,9 @@ a warm start (``init``): the fastest of some placers' placements, each simulated
 the policy by teacher forcing (``init_updates`` steps of maximum likelihood, no simulation) before
 REINFORCE starts, as GDP and DOPPLER start from a heuristic; the learner returns the warm start
 itself, and says so, if none of its samples beats it. With ``deviate_from=best`` the samples are the
-best placement so far with a few groups moved (``explore_around``), a policy-guided local search.
+best placement so far with a few groups moved (``explore_around``), a policy-guided local search;
+``fresh_share`` of each batch is then drawn from the policy whole, as the papers sample, so the search
+can leave the best's basin when the policy has learned a better one.
 
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
@@ -43,7 +45,7 @@ import torch
 from devplace import progress
 from devplace.errors import DevplaceError, OutOfMemoryError
 from devplace.fileio import write_bytes_atomic
-from devplace.learn.env import GIB, Reward
+from devplace.learn.env import GIB, PlacementEnv, Reward
 from devplace.learn.features import unit_majority
 from devplace.learn.log import write_log
 from devplace.learn.nets import Sample
@@ -141,19 +143,18 @@ def warm_start(name: str, graph, cluster, init: str, seed: int) -> dict[str, np.
     return {spec: np.asarray(place(graph, cluster, algo=spec, seed=seed).devices, dtype=np.int64) for spec in specs}
 
 
-def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed, deadline: float) -> None:
-    """Simulate each warm-start candidate once, keep the fastest that fits, and fit the policy to it by teacher
-    forcing (deterministic: no sampling), stopping early at ``deadline`` (``time.perf_counter()``; the time
-    budget covers cloning too)."""
-    from devplace.sim import Simulator
-
-    simulator = Simulator(graph, cluster)
+def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed, deadline: float,
+           whole: PlacementEnv) -> None:
+    """Simulate each warm-start candidate once (``whole``: the environment over single ops), keep the fastest
+    that fits, and fit the policy to it by teacher forcing (deterministic: no sampling), stopping early at
+    ``deadline`` (``time.perf_counter()``; the time budget covers cloning too)."""
     for spec, devices in warm_start(name, graph, cluster, options.init, seed).items():
-        result = simulator.run(devices)
+        result = whole.evaluate(devices[None])
+        step_us, oom = float(result.step_us[0]), bool(result.oom[0])
         state.samples += 1
-        state.init_candidates[spec] = None if result.oom_devices else float(result.step_time_us)
-        if not result.oom_devices and (state.init_step_us is None or result.step_time_us < state.init_step_us):
-            state.init_step_us, state.init_devices, state.init_source = float(result.step_time_us), devices, spec
+        state.init_candidates[spec] = None if oom else step_us
+        if not oom and (state.init_step_us is None or step_us < state.init_step_us):
+            state.init_step_us, state.init_devices, state.init_source = step_us, devices, spec
     if state.init_devices is None:
         return
     targets = torch.from_numpy(unit_majority(state.init_devices, unit_of, cluster.n_devices))
@@ -232,12 +233,18 @@ UpdateStep = Callable[[int, torch.Generator, "_State", object, Reward], Update]
 def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module,
               sample: Callable[[int, torch.Generator, float, np.ndarray | None], Sample], options: ReinforceOptions,
               seed: int, clone: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Placement:
-    """Train ``policy`` (whose ``sample(k, generator, noise_std, centre)`` gives K device rows per unit, around
-    ``centre`` when it is not None: option deviate_from=best) by REINFORCE and return the best placement that
-    fits, with the run's figures in ``Placement.options``.
+    """Train ``policy`` (whose ``sample(k, generator, noise_std, centre, fresh=False)`` gives K device rows per
+    unit, around ``centre`` when it is not None: option deviate_from=best; every decision drawn when ``fresh``:
+    option fresh_share) by REINFORCE and return the best placement that fits, with the run's figures in
+    ``Placement.options``.
     ``clone(targets)`` is the policy's log-probability of one device per unit (needed for option ``init``)."""
     if options.deviate_from not in ("greedy", "best"):
         raise DevplaceError(f"{name}: option deviate_from={options.deviate_from!r} must be greedy or best")
+    if options.fresh_share > 0 and options.deviate_from != "best":
+        raise DevplaceError(f"{name}: option fresh_share needs deviate_from=best (without it every sample is "
+                            f"already drawn from the policy)")
+    if not 0 <= options.fresh_share <= 1:
+        raise DevplaceError(f"{name}: option fresh_share={options.fresh_share} must be between 0 and 1")
     if options.boundary_moves > 0 and options.deviate_from != "best":
         raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
                             f"placement so far)")
@@ -246,7 +253,12 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     def step(k, generator, state, rollouts, reward) -> Update:
         noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
         around = centre(state, unit_of, cluster.n_devices) if options.deviate_from == "best" else None
-        drawn = sample(k, generator, noise, around)
+        fresh = int(options.fresh_share * k + 0.5) if around is not None else 0
+        drawn = sample(k - fresh, generator, noise, around) if fresh < k else None
+        if fresh:     # the last `fresh` rows are drawn from the policy whole, so a run can leave the best's basin
+            whole = sample(fresh, generator, noise, None, fresh=True)
+            drawn = whole if drawn is None else Sample(*(torch.cat([getattr(drawn, f), getattr(whole, f)])
+                                                         for f in ("actions", "log_prob", "entropy")))
         unit_devices = drawn.actions.numpy()
         outcomes = rollouts.evaluate(unit_devices)
         rewards = reward(outcomes)
@@ -268,15 +280,17 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
         state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
         return Update(unit_devices, outcomes, float(drawn.entropy.detach().mean()), float(loss.detach()))
 
-    return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone)
+    orders = tuple(o.strip() for o in options.schedule_orders.split(",") if o.strip())
+    return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone, orders)
 
 
 def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
           step: UpdateStep, options: LearnerOptions, seed: int,
-          clone: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Placement:
+          clone: Callable[[torch.Tensor], torch.Tensor] | None = None,
+          orders: tuple[str, ...] = ("topological",)) -> Placement:
     """The loop every learner shares: fit the warm start if asked (``clone``, option ``init``), then run
     ``step`` until the budget is spent, keeping the best placement that fits, checkpointing, logging and
-    reporting progress; return that placement."""
+    reporting progress; return that placement, in the fastest of the schedule ``orders`` (``PlacementEnv``)."""
     if options.samples < 1 or options.samples_per_update < 1:
         raise DevplaceError(f"{name}: options samples and samples_per_update must be at least 1")
     if options.init and clone is None:
@@ -297,11 +311,12 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
     stopped_by = "samples"
     task = progress.current()
     task.begin(name, total=options.samples)
+    whole = PlacementEnv(graph, cluster, np.arange(graph.n_ops), orders)   # refuses unknown orders, scores whole placements
     with one_thread(), evaluator(graph, cluster, unit_of, workers=options.workers, ray=options.ray,
-                                 ray_address=options.ray_address) as rollouts:
+                                 ray_address=options.ray_address, orders=orders) as rollouts:
         if options.init and state.update == 0 and state.samples == 0:
             deadline = math.inf if options.time_budget_s is None else began + options.time_budget_s
-            _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed, deadline)
+            _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed, deadline, whole)
             state.wall_s = time.perf_counter() - began
         while state.samples < options.samples:
             if options.time_budget_s is not None and time.perf_counter() - began >= options.time_budget_s:
@@ -336,7 +351,7 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                     "init_step_us": state.init_step_us, "init_fit": state.init_fit,
                     "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
-    return Placement(devices=devices, options=figures)
+    return Placement(devices=devices, priority=whole.order_of(devices), options=figures)
 
 
 def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> None:
