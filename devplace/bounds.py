@@ -42,6 +42,7 @@ from scipy.sparse import csgraph
 
 from devplace.errors import OutOfMemoryError
 from devplace.placers._listsched import bottom_levels, op_times_us
+from devplace.transforms.coplacement import join_pairs
 
 BOUND_NAMES = ("critical_path_us", "work_us", "largest_group_us", "memory_path_us", "cut_threshold_us",
                "turn_path_us")
@@ -330,8 +331,8 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     visited = int(np.searchsorted(np.cumsum(np.sort(cluster.memory_bytes)[::-1]), held * (1 - 1e-12))) + 1
     others = visited - 1 - int(rel.forced_cut[path_edges].sum())     # joinable cuts the visits need
     cheapest = np.cumsum(np.concatenate([[0.0], np.sort(cost[joinable])]))
-    return base_us + max(float(candidates[fitting]) + cheapest[min(max(others - 1, 0), len(cheapest) - 1)],
-                         cheapest[min(max(others, 0), len(cheapest) - 1)])
+    return base_us + float(max(candidates[fitting] + cheapest[min(max(others - 1, 0), len(cheapest) - 1)],
+                               cheapest[min(max(others, 0), len(cheapest) - 1)]))
 
 
 class _TurnBlocks:
@@ -348,19 +349,8 @@ class _TurnBlocks:
     def __call__(self, threshold_us: float) -> bool:
         import highspy
 
-        n_cols = len(self.fixed)
-        parent = np.arange(n_cols)
-
-        def root(a):
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
-        for e in np.flatnonzero(self.joinable & (self.cost > threshold_us)):
-            parent[root(self.src_col[e])] = root(self.dst_col[e])
-        roots = np.array([root(k) for k in range(n_cols)])
-        _, block = np.unique(roots, return_inverse=True)
+        joined = self.joinable & (self.cost > threshold_us)
+        block = join_pairs(len(self.fixed), self.src_col[joined], self.dst_col[joined])
         n_blocks, n_dev = int(block.max()) + 1, self.cluster.n_devices
         allowed = np.ones((n_blocks, n_dev), bool)
         np.logical_and.at(allowed, block, self.allowed)
