@@ -41,6 +41,7 @@ from scipy import optimize, sparse
 from scipy.sparse import csgraph
 
 from devplace.errors import OutOfMemoryError
+from devplace.placers._highs import highs_solver
 from devplace.placers._listsched import bottom_levels, op_times_us
 from devplace.transforms.coplacement import join_pairs
 
@@ -400,24 +401,11 @@ class _TurnBlocks:
                         add([z0 + k * n_dev + d, used - n_dev - 1], [1.0, -1.0], -np.inf, 0.0)
         matrix = sparse.csc_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                                   shape=(len(row_lo), n_col))
-        inf = highspy.kHighsInf
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = n_col, len(row_lo)
-        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_col, len(row_lo)
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = matrix.indptr, matrix.indices, matrix.data
-        lp.col_cost_ = np.zeros(n_col)
-        lp.col_lower_, lp.col_upper_ = lower, np.where(np.isinf(upper), inf, upper)
-        lp.row_lower_ = np.where(np.isinf(row_lo), -inf, np.array(row_lo, dtype=np.float64))
-        lp.row_upper_ = np.where(np.isinf(row_hi), inf, np.array(row_hi, dtype=np.float64))
         integer = np.zeros(n_col, bool)
         integer[:w0] = True
-        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in integer]
-        solver = highspy.Highs()
-        for name, value in (("output_flag", False), ("time_limit", float(self.time_limit_s)), ("random_seed", 0),
-                            ("threads", 1), ("mip_max_nodes", int(self.max_nodes))):
-            solver.setOptionValue(name, value)
-        solver.passModel(lp)
+        solver = highs_solver(matrix, np.zeros(n_col), lower, upper, row_lo, row_hi, integer,
+                              time_limit=float(self.time_limit_s), random_seed=0, threads=1,
+                              mip_max_nodes=int(self.max_nodes))
         solver.run()
         return solver.getModelStatus() != highspy.HighsModelStatus.kInfeasible
 

@@ -22,6 +22,8 @@ import numpy as np
 from numba import njit
 from scipy import sparse
 
+from devplace.placers._highs import highs_solver
+
 FAVORITE_THRESHOLD = 0.1   # Baechi's code: x <= 0.1 means favorite
 
 
@@ -148,35 +150,13 @@ def _solve(n, src, dst, time_us, edge_us, time_limit_s):
 def _run_highs(cost, a_ub, b_ub, bounds, time_limit_s):
     """min cost.x subject to a_ub x <= b_ub and bounds: x, or None unless HiGHS proved it optimal.
 
-    HiGHS through its own Python package, as a dual simplex with devex pricing (fastest here);
-    scipy's ``linprog`` runs the same solver but spends ~20 ms a call on duals and option checks
-    that m-SCT never reads."""
+    A dual simplex with devex pricing (fastest here)."""
     import highspy
 
-    inf = highspy.kHighsInf
-    matrix = sparse.csc_array(a_ub)
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = matrix.shape[1], matrix.shape[0]
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = matrix.shape[1], matrix.shape[0]
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = matrix.indptr
-    lp.a_matrix_.index_ = matrix.indices
-    lp.a_matrix_.value_ = matrix.data
-    lp.col_cost_ = cost
-    lp.col_lower_ = bounds[:, 0]
-    lp.col_upper_ = np.where(np.isinf(bounds[:, 1]), inf, bounds[:, 1])
-    lp.row_lower_ = np.full(matrix.shape[0], -inf)
-    lp.row_upper_ = b_ub
-    solver = highspy.Highs()
-    for option, value in (
-        ("output_flag", False),
-        ("time_limit", float(time_limit_s)),
-        ("solver", "simplex"),
-        ("simplex_strategy", 1),                     # dual simplex
-        ("simplex_dual_edge_weight_strategy", 1),    # devex pricing
-    ):
-        solver.setOptionValue(option, value)
-    solver.passModel(lp)
+    solver = highs_solver(a_ub, cost, bounds[:, 0], bounds[:, 1], np.full(a_ub.shape[0], -np.inf), b_ub,
+                          time_limit=float(time_limit_s), solver="simplex",
+                          simplex_strategy=1,                     # dual simplex
+                          simplex_dual_edge_weight_strategy=1)    # devex pricing
     solver.run()
     if solver.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None

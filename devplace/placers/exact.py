@@ -55,6 +55,7 @@ from devplace.bounds import lower_bounds, relaxation
 from devplace.errors import OutOfMemoryError, PlacementError
 from devplace.placement import Placement
 from devplace.placers import register
+from devplace.placers._highs import highs_solver
 from devplace.placers.options import option
 from devplace.sim import Simulator
 
@@ -356,33 +357,13 @@ class _Model:
         simulation."""
         import highspy
 
-        inf = highspy.kHighsInf
         matrix = sparse.csc_array((self.vals, (self.rows, self.cols)), shape=(self.n_rows, self.columns))
-        matrix.sum_duplicates()
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = self.columns, self.n_rows
-        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = self.columns, self.n_rows
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = matrix.indptr
-        lp.a_matrix_.index_ = matrix.indices
-        lp.a_matrix_.value_ = matrix.data
         cost = np.zeros(self.columns)
         cost[self.w] = 1.0
-        lp.col_cost_ = cost
-        lp.col_lower_ = np.array(self.lower, dtype=np.float64)
-        lp.col_upper_ = np.array(self.upper, dtype=np.float64)
-        lp.row_lower_ = np.where(np.isinf(self.row_lower), -inf, self.row_lower)
-        lp.row_upper_ = np.where(np.isinf(self.row_upper), inf, self.row_upper)
-        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
-                           for i in self.integer]
-        solver = highspy.Highs()
-        for name, value in (("output_flag", False), ("time_limit", float(time_limit_s)),
-                            ("mip_rel_gap", float(mip_rel_gap)), ("random_seed", 0), ("threads", 1),
-                            ("mip_improving_solution_save", True)):
-            solver.setOptionValue(name, value)
-        if max_nodes:
-            solver.setOptionValue("mip_max_nodes", int(max_nodes))
-        solver.passModel(lp)
+        solver = highs_solver(matrix, cost, self.lower, self.upper, self.row_lower, self.row_upper, self.integer,
+                              time_limit=float(time_limit_s), mip_rel_gap=float(mip_rel_gap), random_seed=0,
+                              threads=1, mip_improving_solution_save=True,
+                              **({"mip_max_nodes": int(max_nodes)} if max_nodes else {}))
         if not any(v is None for v in self.start_value):
             start = highspy.HighsSolution()
             start.col_value = list(map(float, self.start_value))
