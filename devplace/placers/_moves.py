@@ -131,6 +131,13 @@ def _without_hubs(graph, leader: np.ndarray, hub_share: float = 0.01) -> np.ndar
     return leader
 
 
+def read_later(graph) -> np.ndarray:
+    """Per edge, whether a backward or update op reads it: what it carries is kept from when it is
+    made until then (an activation saved for backward, a weight gradient for its update)."""
+    reader_role = graph.role[graph.edge_dst]
+    return (reader_role == Role.BACKWARD) | (reader_role == Role.UPDATE)
+
+
 def held_bytes(graph) -> np.ndarray:
     """Per op, the bytes a pipeline stage holding it keeps through the step: its persistent bytes,
     plus its output when a backward or update op reads it (an activation saved for backward lives
@@ -140,7 +147,7 @@ def held_bytes(graph) -> np.ndarray:
     a saved activation; neither weighting fits best everywhere (zoo at 30% memory, least overflow
     of a 4-stage start: ResNet-50 0.19 GiB by all bytes, 0.26 by these; the Transformer's 3-stage
     0.32 by all bytes, 0.08 by these), so sim-search tries both."""
-    later = (graph.role[graph.edge_dst] == Role.BACKWARD) | (graph.role[graph.edge_dst] == Role.UPDATE)
+    later = read_later(graph)
     forward = (graph.role == Role.FORWARD) | (graph.role == Role.OTHER)
     saved = np.zeros(graph.n_ops, dtype=bool)
     saved[graph.edge_src[later]] = True

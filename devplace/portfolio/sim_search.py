@@ -79,8 +79,8 @@ from devplace.placers.options import option
 from devplace.placers._listsched import mean_edge_us
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
-    Units, held_bytes, leader_units, live_bytes_at_peak, pipeline_devices, respect_colocation, sources_late_order,
-    upward_rank_us, with_colocation,
+    Units, held_bytes, leader_units, live_bytes_at_peak, pipeline_devices, read_later, respect_colocation,
+    sources_late_order, upward_rank_us, with_colocation,
 )
 from devplace.portfolio.variants import place as place_spec
 from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
@@ -466,8 +466,7 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
     crossing = _crossing(graph, position, edge_us, n) + _crossing(graph, n - 1 - position, edge_us, n)[::-1]
     # bytes a stage receives and holds: at its first boundary the activations a backward op reads
     # (kept until then; those only forward ops read die at once), at its last the gradients
-    saved = (graph.role[graph.edge_dst] == Role.BACKWARD) | (graph.role[graph.edge_dst] == Role.UPDATE)
-    forward = _crossing(graph, position, np.where(saved, graph.edge_bytes, 0.0), n)
+    forward = _crossing(graph, position, np.where(read_later(graph), graph.edge_bytes, 0.0), n)
     back = _crossing(graph, n - 1 - position, graph.edge_bytes, n)[::-1]
     windows = np.array_split(np.arange(1, n), min(candidates, n - 1))
     keep = [int(w[np.argmin(crossing[w])]) for w in windows]     # the cheapest boundary of each window
