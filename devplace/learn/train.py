@@ -91,6 +91,7 @@ class _State:
     rows: list = dataclasses.field(default_factory=list)
     init_step_us: float | None = None         # the warm start's simulated step time, once cloned
     init_devices: np.ndarray | None = None
+    init_units: np.ndarray | None = None      # the warm start's majority device per unit: what the policy is cloned to
     init_fit: float | None = None             # after cloning: the policy's mean probability of the warm start's choices
     init_updates_done: int = 0                # cloning steps taken (fewer than init_updates if the time budget ran out)
     init_source: str | None = None            # the placer whose placement is the warm start (the fastest of option init)
@@ -157,7 +158,8 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
             state.init_step_us, state.init_devices, state.init_source = step_us, devices, spec
     if state.init_devices is None:
         return
-    targets = torch.from_numpy(unit_majority(state.init_devices, unit_of, cluster.n_devices))
+    state.init_units = unit_majority(state.init_devices, unit_of, cluster.n_devices)
+    targets = torch.from_numpy(state.init_units)
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.init_learning_rate)
     for _ in range(options.init_updates):
         if time.perf_counter() >= deadline:
@@ -173,14 +175,12 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
         state.init_fit = math.exp(float(clone(targets)) / len(targets))
 
 
-def centre(state: _State, unit_of: np.ndarray, n_devices: int) -> np.ndarray | None:
+def centre(state: _State) -> np.ndarray | None:
     """Option deviate_from=best: the best placement so far per unit (the warm start until a sample beats it;
     None before either exists, and the learner then deviates from its greedy decode)."""
     if state.best_units is not None and (state.init_step_us is None or state.best_step_us < state.init_step_us):
         return state.best_units
-    if state.init_devices is not None:
-        return unit_majority(state.init_devices, unit_of, n_devices, int(unit_of.max()) + 1)
-    return None
+    return state.init_units
 
 
 def boundary_shifts(group_centre: np.ndarray, k: int, expected: float, generator: torch.Generator):
@@ -252,7 +252,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
 
     def step(k, generator, state, rollouts, reward) -> Update:
         noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
-        around = centre(state, unit_of, cluster.n_devices) if options.deviate_from == "best" else None
+        around = centre(state) if options.deviate_from == "best" else None
         fresh = int(options.fresh_share * k + 0.5) if around is not None else 0
         drawn = sample(k - fresh, generator, noise, around) if fresh < k else None
         if fresh:     # the last `fresh` rows are drawn from the policy whole, so a run can leave the best's basin
@@ -304,9 +304,9 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
     state = _State()
     if options.resume and checkpoint.exists():
         state = _load(checkpoint, identity, policy, optimizer, generator)
-        if clone is not None and state.init_devices is not None:
+        if clone is not None and state.init_units is not None:
             with torch.no_grad():    # show the learner its warm start again (its anchor), as cloning did
-                clone(torch.from_numpy(unit_majority(state.init_devices, unit_of, cluster.n_devices)))
+                clone(torch.from_numpy(state.init_units))
     began = time.perf_counter() - state.wall_s
     stopped_by = "samples"
     task = progress.current()
