@@ -164,11 +164,13 @@ def largest_group_us(rel: Relaxation) -> float:
 
 
 def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> float:
-    """Energetic reasoning (Fernandez & Bussell's bound for P|prec|Cmax, 1973; the interval form
-    of Baptiste, Le Pape & Nuijten): for a trial step time C, each op has a window it must run in,
-    and in no interval can the work that must fall inside it exceed devices x its length. The
-    bound is the largest C found too small. It combines the critical path and work / devices: on
-    graphs where the two are close, no schedule reaches either.
+    """Energetic reasoning (Fernandez & Bussell, "Bounds on the number of processors and time for
+    multiprocessor optimal schedules", 1973; the interval checks of Baptiste, Le Pape & Nuijten,
+    "Satisfiability tests and time-bound adjustments for cumulative scheduling problems", 1999):
+    for a trial step time C, each op has a window it must run in, and in no interval can the work
+    that must fall inside it exceed devices x its length. The bound is the largest C found too
+    small. It combines the critical path and work / devices: on graphs where the two are close, no
+    schedule reaches either.
 
     Let p_j be op j's fastest time, r_j the longest path ending just before it (its *head*) and q_j
     the longest path starting just after it (its *tail*): ops at their fastest times, always-cut
@@ -179,10 +181,11 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
     an op's earliest start r_j, earliest finish r_j + p_j or latest start C - q_j - p_j with every
     t2 after it, and t2 an op's earliest finish, latest finish C - q_j or latest start with every
     t1 before it (a sweep over the breakpoints of the piecewise-linear total); up to ``max_ends``
-    fixed ends of each of these four families, evenly spread over their sorted values. With one
-    end fixed in the frame that moves with it (t1 = r_j fixed; t2 = C - q_j fixed relative to C),
-    the largest excess over the other end can only fall as C grows (windows only widen), so each
-    fixed end's largest failing C is found by bisection and the bound is the largest over them.
+    fixed ends of each of these four families, evenly spread over their sorted values. Each family
+    fixes its end where C does not move it (r_j and r_j + p_j at their times; C - q_j and
+    C - q_j - p_j at their distance from C, with the windows measured from there too), so there
+    the windows only widen as C grows and the largest excess over the other end only falls: each
+    fixed end's largest failing C is found by bisection, and the bound is the largest over them.
 
     Proof: the simulator (``docs/simulator.md``) runs one op at a time per device, never preempted;
     there are no separate compute streams and no ops pinned to a device beyond what memory allows;
