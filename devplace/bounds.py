@@ -45,8 +45,8 @@ from devplace.placers._highs import highs_solver
 from devplace.placers._listsched import bottom_levels, op_times_us
 from devplace.transforms.coplacement import join_pairs
 
-BOUND_NAMES = ("critical_path_us", "work_us", "largest_group_us", "memory_path_us", "cut_threshold_us",
-               "turn_path_us")
+BOUND_NAMES = ("critical_path_us", "work_us", "largest_group_us", "interval_work_us", "memory_path_us",
+               "cut_threshold_us", "turn_path_us")
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,125 @@ def largest_group_us(rel: Relaxation) -> float:
     load = np.zeros((n_units, rel.op_time_us.shape[1]))
     np.add.at(load, rel.unit, rel.op_time_us)
     return float(np.where(rel.allowed, load, np.inf).min(axis=1).max(initial=0.0))
+
+
+def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> float:
+    """Energetic reasoning (Fernandez & Bussell, "Bounds on the number of processors and time for
+    multiprocessor optimal schedules", 1973; the interval checks of Baptiste, Le Pape & Nuijten,
+    "Satisfiability tests and time-bound adjustments for cumulative scheduling problems", 1999):
+    for a trial step time C, each op has a window it must run in, and in no interval can the work
+    that must fall inside it exceed devices x its length. The bound is the largest C found too
+    small. It combines the critical path and work / devices: on graphs where the two are close, no
+    schedule reaches either.
+
+    Let p_j be op j's fastest time, r_j the longest path ending just before it (its *head*) and q_j
+    the longest path starting just after it (its *tail*): ops at their fastest times, always-cut
+    edges at their cut cost (as ``critical_path_us``). For C, j's window is [r_j, C - q_j]; its
+    least overlap with [t1, t2], when it runs p_j inside its window, is
+    max(0, min(t2 - t1, p_j, r_j + p_j - t1, t2 - (C - q_j) + p_j)). C *fails* an interval when the
+    least overlaps add up to more than m (t2 - t1), m the number of devices. Intervals checked: t1
+    an op's earliest start r_j, earliest finish r_j + p_j or latest start C - q_j - p_j with every
+    t2 after it, and t2 an op's earliest finish, latest finish C - q_j or latest start with every
+    t1 before it (a sweep over the breakpoints of the piecewise-linear total); up to ``max_ends``
+    fixed ends of each of these four families, evenly spread over their sorted values. Each family
+    fixes its end where C does not move it (r_j and r_j + p_j at their times; C - q_j and
+    C - q_j - p_j at their distance from C, with the windows measured from there too), so there
+    the windows only widen as C grows and the largest excess over the other end only falls: each
+    fixed end's largest failing C is found by bisection, and the bound is the largest over them.
+
+    Proof: the simulator (``docs/simulator.md``) runs one op at a time per device, never preempted;
+    there are no separate compute streams and no ops pinned to a device beyond what memory allows;
+    message overheads are device time spent between ops, so they only take time from the devices.
+    Take a valid placement and priority with step time T <= C. Op j on device d runs from s_j to
+    s_j + P_j, P_j its time on d plus the op gap (F1), at least p_j (d is a device its unit may go
+    on, F3, F4). s_j >= r_j: along the longest path ending with j each op starts no earlier than its
+    predecessor's finish, plus the transfer when the edge is cut, at least its cut cost on an
+    always-cut edge (F2); likewise the ops after j finish no earlier than s_j + P_j + q_j <= T <= C.
+    So j runs inside [r_j, C - q_j], and its overlap with [t1, t2] is
+    min(t2 - t1, P_j, s_j + P_j - t1, t2 - s_j) >= min(t2 - t1, P_j, r_j + P_j - t1, t2 - (C - q_j) + P_j)
+    (when positive), every term nondecreasing in P_j >= p_j: at least j's least overlap. Devices run
+    one op at a time, so the overlaps add up to at most m (t2 - t1). A C that fails an interval
+    therefore has T > C for every valid placement and priority; the bound is such a C (or the
+    critical path, where the bisection starts). Zero-time ops overlap nothing and are left out.
+    Which intervals are checked only decides how high the bound gets, never its validity."""
+    p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
+    edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
+    head = _longest_paths(graph, p, edge_us)[0]
+    tail = bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ_edge, graph.edge_dst, p, edge_us)
+    lo = float(head.max(initial=0.0))       # the critical path
+    timed = p > 0
+    if not timed.any():
+        return lo
+    p = p[timed]
+    r, q = np.maximum(head[timed] - p, 0.0), np.maximum(tail[timed] - p, 0.0)
+    m = float(cluster.n_devices)
+    # a family: its ops' windows as (x + alpha C, C beta - y) and its fixed left ends. Mirrored
+    # (time -> -time) a fixed t2 is a fixed t1; reversed (time -> C - time) heads and tails swap.
+    families = [(r, q, 0.0, 1.0, np.concatenate([r, r + p])), (q, r, -1.0, 0.0, -(r + p)),
+                (q, r, 0.0, 1.0, np.concatenate([q, q + p])), (r, q, -1.0, 0.0, -(q + p))]
+    ends = []
+    for f, (_, _, _, _, values) in enumerate(families):
+        values = np.unique(values)
+        if len(values) > max_ends:
+            values = values[np.unique(np.linspace(0, len(values) - 1, max_ends).round().astype(np.int64))]
+        ends += [(f, float(v)) for v in values]
+    tolerance_us = 1e-9 * float(p.sum())       # rounding: an excess this small proves nothing
+
+    def excess_us(end, c_us):
+        x, y, alpha, beta, _ = families[end[0]]
+        return _interval_excess_us(end[1], c_us, x, y, alpha, beta, p, m)
+
+    first = np.array([excess_us(end, lo) for end in ends])
+    for i in np.argsort(-first, kind="stable"):
+        if first[i] <= tolerance_us:
+            break
+        failing = excess_us(ends[i], lo)
+        if failing <= tolerance_us:
+            continue
+        step = max(failing / m, 1e-6 * lo)
+        hi = lo + step
+        while excess_us(ends[i], hi) > tolerance_us:
+            lo, step = hi, 2 * step
+            hi = lo + step
+        while hi - lo > 1e-7 * lo:
+            mid = 0.5 * (lo + hi)
+            if excess_us(ends[i], mid) > tolerance_us:
+                lo = mid
+            else:
+                hi = mid
+    return lo
+
+
+@njit(cache=True)
+def _interval_excess_us(t1, c_us, x, y, alpha, beta, p, m):
+    """max over t2 >= t1 of (the ops' least overlaps with [t1, t2]) - m (t2 - t1), each op in the
+    window [x + alpha C, beta C - y] (``interval_work_us``); 0 if none is positive. Op j's least
+    overlap grows at slope 1 from max(t1, its latest start) for a = min(p, earliest finish - t1)."""
+    n = p.shape[0]
+    at = np.empty(2 * n)
+    slope = np.empty(2 * n)
+    k = 0
+    for j in range(n):
+        earliest = x[j] + alpha * c_us
+        a = min(p[j], earliest + p[j] - t1)
+        if a <= 0.0:
+            continue
+        s = max(t1, beta * c_us - y[j] - p[j])
+        at[k], slope[k] = s, 1.0
+        at[k + 1], slope[k + 1] = s + a, -1.0
+        k += 2
+    order = np.argsort(at[:k])
+    total, rate, last, best = 0.0, 0.0, t1, 0.0
+    i = 0
+    while i < k:
+        t = at[order[i]]
+        total += rate * (t - last)
+        last = t
+        while i < k and at[order[i]] == t:
+            rate += slope[order[i]]
+            i += 1
+        best = max(best, total - m * (t - t1))
+    return best
 
 
 def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
@@ -558,6 +677,7 @@ def lower_bounds(graph, cluster) -> dict:
         "critical_path_us": critical_path_us(graph, rel),
         "work_us": work_us(rel),
         "largest_group_us": largest_group_us(rel),
+        "interval_work_us": interval_work_us(graph, cluster, rel),
         "memory_path_us": memory_path_us(graph, cluster, rel),
         "cut_threshold_us": cut_threshold_us(graph, cluster, rel),
         "turn_path_us": turn_path_us(graph, cluster, rel),

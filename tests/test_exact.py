@@ -98,25 +98,26 @@ def test_a_bundled_graph_gets_a_placement_and_a_bound_within_the_time_limit():
 
 
 def test_compare_reports_the_bound_exact_proved():
-    """Three 10 us ops on two devices: critical path 10, work / devices 15, but one device runs two
-    of them, so 20 is optimal; the MIP proves it and compare's gap column measures against it.
-    exact+opt proves its bound on the fused graph only, so compare does not take it."""
+    """Five 10 us ops on two devices: critical path 10, work / devices (and interval work) 25, but
+    one device runs three of them, so 30 is optimal; the MIP proves it and compare's gap column
+    measures against it. exact+opt proves its bound on the fused graph only, so compare does not
+    take it."""
     from devplace.cluster import uniform_cluster
     from devplace.compare import compare
     from devplace.graph import GraphBuilder
 
     b = GraphBuilder(["gpu"])
-    for name in "abc":
+    for name in "abcde":
         b.add_op(name, compute_us=10.0)
     graph, cluster = b.build(), uniform_cluster(2)
-    assert dp.bounds.lower_bounds(graph, cluster)["best_us"] == pytest.approx(15.0)
+    assert dp.bounds.lower_bounds(graph, cluster)["best_us"] == pytest.approx(25.0)
     raised = compare(graph, cluster, algos=["single", "exact"]).lower_bound
-    assert raised["best"] == "exact_mip_us" and raised["best_us"] == pytest.approx(20.0, rel=TOLERANCE)
+    assert raised["best"] == "exact_mip_us" and raised["best_us"] == pytest.approx(30.0, rel=TOLERANCE)
     rows = {row.algorithm: row for row in compare(graph, cluster, algos=["single", "exact"]).rows}
     assert rows["exact"].gap_to_bound == pytest.approx(0.0, abs=TOLERANCE)
-    assert rows["single"].gap_to_bound == pytest.approx(0.5, rel=TOLERANCE)
+    assert rows["single"].gap_to_bound == pytest.approx(50.0 / 30.0 - 1.0, rel=TOLERANCE)
     fused = compare(graph, cluster, algos=["exact+opt"]).lower_bound
-    assert fused["best_us"] == pytest.approx(15.0) and "exact_mip_us" not in fused
+    assert fused["best_us"] == pytest.approx(25.0) and "exact_mip_us" not in fused
 
 
 def test_compare_runs_exact_only_when_named():
