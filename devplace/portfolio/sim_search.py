@@ -15,8 +15,9 @@ So this placer
    ops) and Baechi's co-placement groups (``devplace.transforms``), so no move can split a
    colocation group. Moves: put a unit on another device; swap two units; put a contiguous run of
    units (a layer) on one device; pull a unit to the device of the op it waits for on the critical
-   path (kills a transfer); move a unit off the busiest device. Half of the picks come from the
-   critical path of the current schedule;
+   path (kills a transfer); move a unit off the busiest device; put a whole layer (a module over all
+   its time steps, with its backward and update ops) on another device. Half of the picks come
+   from the critical path of the current schedule;
 3. every so often re-orders the schedule (upward rank of the current placement, topological, or
    topological with updates first).
 
@@ -76,6 +77,7 @@ from devplace.placement import Placement
 from devplace import progress
 from devplace.placers import register
 from devplace.placers.options import option
+from devplace.placers._layers import UnitLayers
 from devplace.placers._listsched import mean_edge_us
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
@@ -119,8 +121,8 @@ class SearchConfig:
     temperature_end: float = option(0.0002, "annealing temperature at the end of the budget")
     restart_after: int = option(250, "evals without a new best of the round before continuing from it")
     move_weights: tuple[tuple[str, float], ...] = option(
-        (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0)),
-        "relative weights of the moves (move, swap, run, pull, unload)")
+        (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0), ("layer", 1.0)),
+        "relative weights of the moves (move, swap, run, pull, unload, layer)")
     critical_share: float = option(0.6, "chance a move starts from a unit on the critical path")
     coarse_share: float = option(0.5, "chance a move acts on co-placement groups rather than colocation units")
     coarse_units: str = option(
@@ -165,6 +167,8 @@ class _Search:
         # each op's position in the step order: topological, each weight just before its first reader
         self.step_rank = np.argsort(sources_late_order(graph))
         self.leaders = leader_units(graph, rank=self.step_rank)   # forward op + the ops that follow it; widened by colocation
+        layers = UnitLayers.of(graph)
+        self.layers = Units.from_labels(graph, layers.layer_of_unit()[layers.unit_of])   # modules, as users cut them
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
@@ -720,6 +724,15 @@ def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tupl
         if rng.random() < 0.5:
             return move, [(units.members(int(units.unit_of[waiting])), int(devices[producer]))]
         return move, [(units.members(int(units.unit_of[producer])), int(devices[waiting]))]
+    if move == "layer" and search.layers.n_units > 1:
+        layers = search.layers
+        layer = int(layers.unit_of[path[rng.integers(len(path))]]) if len(path) and rng.random() < \
+            config.critical_share else int(rng.integers(layers.n_units))
+        ops = with_colocation(search.fine, layers.members(layer))
+        here = int(np.argmax(np.bincount(devices[ops], minlength=n_dev)))
+        others = np.flatnonzero(np.arange(n_dev) != here)
+        target = int(others[np.argmin(busy_us[others])]) if rng.random() < 0.5 else other_device(here)
+        return move, [(ops, target)]
     if move == "unload":
         hot, cold = int(np.argmax(busy_us)), int(np.argmin(busy_us))
         on_hot = path[devices[path] == hot] if len(path) else path
