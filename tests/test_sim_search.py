@@ -305,12 +305,17 @@ def test_updates_first_frees_a_gradient_before_the_next_backward_op():
 
 
 def test_layer_move_puts_a_whole_module_with_its_backward_ops_and_weights_on_another_device():
+    """Two layers taking turns (a recurrent net over two time steps): a layer move carries all of
+    one, both time steps; where each layer runs once, in one piece, no layer move is drawn."""
     from test_baselines import scoped_step
 
     from devplace.portfolio.sim_search import _critical_info, _propose, _Search
 
-    g = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
-    search = _Search(g, uniform_cluster(2), SearchConfig(move_weights=(("layer", 1.0),)), 0)
+    config = SearchConfig(move_weights=(("layer", 1.0),))
+    once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
+    assert _Search(once, uniform_cluster(2), config, 0).layers is None
+    g = scoped_step([(f"layers.{k % 2}", 10.0, 100.0) for k in range(4)])
+    search = _Search(g, uniform_cluster(2), config, 0)
     devices = np.zeros(g.n_ops, np.int64)
     info = _critical_info(search, devices, None)
     scope = dict(zip(g.names, g.meta["op_scope"]))
