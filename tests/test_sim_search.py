@@ -302,3 +302,28 @@ def test_updates_first_frees_a_gradient_before_the_next_backward_op():
     peaks = {name: sim.run(dp.Placement(devices=devices, priority=orders[name])).peak_memory_bytes[0]
              for name in ("topological", "updates first")}
     assert peaks["updates first"] < peaks["topological"]
+
+
+def test_layer_move_puts_a_whole_module_with_its_backward_ops_and_weights_on_another_device():
+    """Two layers taking turns (a recurrent net over two time steps): a layer move carries all of
+    one, both time steps; where each layer runs once, in one piece, no layer move is drawn."""
+    from test_baselines import scoped_step
+
+    from devplace.portfolio.sim_search import _critical_info, _propose, _Search
+
+    config = SearchConfig(move_weights=(("layer", 1.0),))
+    once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
+    assert _Search(once, uniform_cluster(2), config, 0).layers is None
+    g = scoped_step([(f"layers.{k % 2}", 10.0, 100.0) for k in range(4)])
+    search = _Search(g, uniform_cluster(2), config, 0)
+    devices = np.zeros(g.n_ops, np.int64)
+    info = _critical_info(search, devices, None)
+    scope = dict(zip(g.names, g.meta["op_scope"]))
+    for _ in range(10):
+        move, changes = _propose(search, devices, info)
+        assert move == "layer" and len(changes) == 1
+        ops, target = changes[0]
+        moved = {g.names[v] for v in ops}
+        layer = {scope[n] for n in moved} - {""}
+        assert target == 1 and len(layer) == 1          # one module, to the other device
+        assert moved >= {n for n, s in scope.items() if s in layer}     # all of it: weights, forward, backward
