@@ -55,12 +55,15 @@ WARM_STARTS = "expert,m-sct+opt,single"
 # best placement so far, and cloning is short (the policy then only steers which units move, and where)
 # (round 4: every placement in the faster of the topological and upward-rank orders, a quarter of each batch
 # drawn from the policy whole, and ColocRL's groups without the single-consumer rule: benchmarks/learner_projection.py)
+# (round 5: a moved group takes its layers along, forward with backward and update ops, to a device drawn
+# evenly from the others: benchmarks/learner_neighbourhood.py)
 ROUND4 = dict(schedule_orders="topological,upward-rank", fresh_share=0.25)
+ROUND5 = dict(layer_moves=True, uniform_devices=True)
 DEVPLACE = {
     "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,
-                    normalize_advantage=True, single_consumer=False, **ROUND4),
+                    normalize_advantage=True, single_consumer=False, **ROUND4, **ROUND5),
     "hp": dict(init_updates=50, deviations=1.0, deviate_from="best", boundary_moves=1.0, position_features=64,
-               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4),
+               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4, **ROUND5),
 }
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
