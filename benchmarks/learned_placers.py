@@ -9,8 +9,8 @@ m-SCT+opt and sim-search.
 
 ``--config`` picks the learners' options: ``paper`` (the papers' and the public code's defaults) or
 ``devplace`` (``DEVPLACE``: a warm start from the fastest of expert, m-SCT+opt and single, then
-REINFORCE sampling deviations from the best placement so far, with boundary shifts and normalised
-advantages; see docs/learning.md). Rows of one configuration are kept when the other is run
+REINFORCE sampling deviations from the best placement so far, with boundary shifts, whole layers moved to
+devices drawn evenly, and normalised advantages; see docs/learning.md). Rows of one configuration are kept when the other is run
 (``colocrl`` and ``colocrl/devplace`` in the JSON). ``learning_table`` keeps a warm-started run's
 start, its best sample and what it returns apart, and says whether the best sample beat the start,
 random search at the same number of samples and the algorithmic placers, and how far it is from sim-search.

@@ -69,7 +69,7 @@ def measure(name: str, orders: tuple[str, ...], spans: tuple[int, ...]) -> dict:
              "sim_search_us": dp.simulate(graph, cluster, searched).step_time_us,
              "sim_search_found_by": searched.options.get("found_by"), "target_us": float(env.evaluate(target[None]).step_us[0]),
              "units_differing": int(np.count_nonzero(target != centre)),
-             "groups_differing": int(len(np.unique(group_of_unit[target != centre]))), "load_average": os.getloadavg(),
+             "groups_differing": len(np.unique(group_of_unit[target != centre])), "load_average": os.getloadavg(),
              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     sim = dp.Simulator(graph, cluster)
     entry["orders_of_sim_search_devices"] = {

@@ -82,7 +82,8 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     with seeded(seed):
         policy = Seq2SeqPlacer(N_FEATURES, n_devices, options.hidden_size, bidirectional=False,
                                tanh_constant=options.tanh_constant, temperature=options.temperature,
-                               deviation_rate=min(1.0, options.deviations / groups.n_units), uniform_devices=options.uniform_devices)
+                               deviation_rate=min(1.0, options.deviations / groups.n_units),
+                               uniform_devices=options.uniform_devices)
 
     anchor = []    # the cloned warm start: with option deviations, the decoder is fed it instead of its own choices
 

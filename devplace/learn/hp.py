@@ -79,7 +79,8 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
         placer = Seq2SeqPlacer(2 * n_groups + MAX_KINDS + 1, cluster.n_devices, options.hidden_size,
                                bidirectional=True, tanh_constant=options.tanh_constant,
                                temperature=options.temperature,
-                               deviation_rate=min(1.0, options.deviations / n_groups), uniform_devices=options.uniform_devices)
+                               deviation_rate=min(1.0, options.deviations / n_groups),
+                               uniform_devices=options.uniform_devices)
     policy = torch.nn.ModuleDict({"grouper": grouper, "placer": placer})
 
     anchor = []    # the cloned warm start's device per group: with option deviations, fed to the Placer's decoder
