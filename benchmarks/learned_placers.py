@@ -9,8 +9,8 @@ m-SCT+opt and sim-search.
 
 ``--config`` picks the learners' options: ``paper`` (the papers' and the public code's defaults) or
 ``devplace`` (``DEVPLACE``: a warm start from the fastest of expert, m-SCT+opt and single, then
-REINFORCE sampling deviations from the best placement so far, with boundary shifts and normalised
-advantages; see docs/learning.md). Rows of one configuration are kept when the other is run
+REINFORCE sampling deviations from the best placement so far, with boundary shifts, whole layers moved to
+devices drawn evenly, and normalised advantages; see docs/learning.md). Rows of one configuration are kept when the other is run
 (``colocrl`` and ``colocrl/devplace`` in the JSON). ``learning_table`` keeps a warm-started run's
 start, its best sample and what it returns apart, and says whether the best sample beat the start,
 random search at the same number of samples and the algorithmic placers, and how far it is from sim-search.
@@ -55,12 +55,15 @@ WARM_STARTS = "expert,m-sct+opt,single"
 # best placement so far, and cloning is short (the policy then only steers which units move, and where)
 # (round 4: every placement in the faster of the topological and upward-rank orders, a quarter of each batch
 # drawn from the policy whole, and ColocRL's groups without the single-consumer rule: benchmarks/learner_projection.py)
+# (round 5: a moved group takes its layers along, forward with backward and update ops, to a device drawn
+# evenly from the others: benchmarks/learner_neighbourhood.py)
 ROUND4 = dict(schedule_orders="topological,upward-rank", fresh_share=0.25)
+ROUND5 = dict(layer_moves=True, uniform_devices=True)
 DEVPLACE = {
     "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,
-                    normalize_advantage=True, single_consumer=False, **ROUND4),
+                    normalize_advantage=True, single_consumer=False, **ROUND4, **ROUND5),
     "hp": dict(init_updates=50, deviations=1.0, deviate_from="best", boundary_moves=1.0, position_features=64,
-               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4),
+               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4, **ROUND5),
 }
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations

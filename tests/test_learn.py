@@ -524,3 +524,61 @@ def test_schedule_orders_score_each_placement_in_the_faster_order():
     assert dp.simulate(g, cluster, placed).step_time_us == placed.options["step_us"]
     with pytest.raises(DevplaceError, match="schedule orders sideways: use one or more of topological, upward-rank"):
         dp.place(g, cluster, algo="colocrl", samples=4, schedule_orders="sideways", **FAST)
+
+
+def forward_and_backward() -> dp.OpGraph:
+    """f0 -> f1 -> f2 -> b2 -> b1 -> b0, each backward op the mirror of its forward op: three layers."""
+    b = GraphBuilder(["gpu"])
+    for i in range(3):
+        b.add_op(f"f{i}", compute_us=100.0)
+    for i in (2, 1, 0):
+        b.add_op(f"b{i}", compute_us=100.0, role="backward", mirror=f"f{i}")
+    for src, dst in (("f0", "f1"), ("f1", "f2"), ("f2", "b2"), ("b2", "b1"), ("b1", "b0")):
+        b.add_edge(src, dst, bytes=1e6)
+    return b.build()
+
+
+def test_layer_moves_move_a_group_with_its_backward_ops():
+    """layer_moves: a moved group's forward ops take their backward ops along (they sit in another group, a
+    later slice of the step), so a layer changes device whole; without the option only the group moves."""
+    import torch
+
+    from devplace.learn.nets import Sample
+    from devplace.learn.train import explore_around, layer_labels
+
+    g = forward_and_backward()
+    unit_of = np.arange(g.n_ops)
+    layers = layer_labels(g, unit_of)
+    index = {name: i for i, name in enumerate(g.names)}
+    assert all(layers[index[f"f{i}"]] == layers[index[f"b{i}"]] for i in range(3))
+    assert len({layers[index[f"f{i}"]] for i in range(3)}) == 3
+    groups = np.array([0 if g.names[u].startswith("f") else 1 for u in unit_of])     # forward slice, backward slice
+    first_moved = lambda around, preset: Sample(torch.tensor([[1, 0]]).expand(len(around), -1),   # noqa: E731
+                                                torch.zeros(len(around)), torch.zeros(len(around)))
+    centre = np.zeros(g.n_ops, dtype=np.int64)
+    whole = explore_around(centre, groups, 2, 2, 1, torch.Generator(), 0.0, first_moved, layers).actions[0]
+    alone = explore_around(centre, groups, 2, 2, 1, torch.Generator(), 0.0, first_moved).actions[0]
+    assert whole.tolist() == [1] * 6
+    assert [g.names[u] for u in np.flatnonzero(alone.numpy())] == ["f0", "f1", "f2"]
+    with pytest.raises(DevplaceError, match="layer_moves needs deviate_from=best"):
+        dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, layer_moves=True, **FAST)
+    placed = dp.place(g, SLOW_LINK, algo="colocrl", seed=0, samples=12, deviate_from="best", deviations=1.0,
+                      layer_moves=True, uniform_devices=True, **FAST)
+    assert placed.options["samples_simulated"] == 12
+
+
+def test_uniform_devices_draw_a_moved_unit_s_device_evenly():
+    """uniform_devices: a deviating unit goes to any other device evenly, where the policy would send it
+    almost always to one (device 1 here); the update still credits the policy's log-probability of it."""
+    import torch
+
+    from devplace.learn.nets import _deviate
+
+    logits = torch.tensor([0.0, 10.0, -10.0]).expand(2000, 1, 3)
+    centre = torch.zeros(2000, 1, dtype=torch.long)
+    policy = _deviate(logits, centre, 1.0, torch.Generator().manual_seed(0))
+    even = _deviate(logits, centre, 1.0, torch.Generator().manual_seed(0), uniform_devices=True)
+    assert (policy.actions == 2).float().mean() < 0.01
+    assert 0.4 < (even.actions == 2).float().mean() < 0.6 and (even.actions == 0).sum() == 0
+    log_p = torch.log_softmax(logits[0, 0], -1)
+    assert torch.allclose(even.log_prob, log_p[even.actions[:, 0]])

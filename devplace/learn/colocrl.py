@@ -67,7 +67,7 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     import torch
 
     from devplace.learn.nets import Sample, Seq2SeqPlacer
-    from devplace.learn.train import explore_around, reinforce, seeded
+    from devplace.learn.train import explore_around, layer_labels, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
     groups = colocrl_groups(graph, options.max_groups, options.single_consumer)
@@ -76,12 +76,14 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     units = Units.from_labels(graph, colocation_units(graph))
     group_of_unit = np.empty(units.n_units, dtype=np.int64)
     group_of_unit[units.unit_of] = groups.unit_of
+    layers = layer_labels(graph, units.unit_of) if options.layer_moves else None
     features = torch.from_numpy(unit_features(graph, groups.unit_of))
     n_devices = cluster.n_devices
     with seeded(seed):
         policy = Seq2SeqPlacer(N_FEATURES, n_devices, options.hidden_size, bidirectional=False,
                                tanh_constant=options.tanh_constant, temperature=options.temperature,
-                               deviation_rate=min(1.0, options.deviations / groups.n_units))
+                               deviation_rate=min(1.0, options.deviations / groups.n_units),
+                               uniform_devices=options.uniform_devices)
 
     anchor = []    # the cloned warm start: with option deviations, the decoder is fed it instead of its own choices
 
@@ -92,7 +94,8 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
         if around is not None:
             return explore_around(around, group_of_unit, n_devices, groups.n_units, k, generator,
                                   options.boundary_moves,
-                                  lambda fed, preset: policy(features, k, generator, fed=fed, around=fed, preset=preset))
+                                  lambda fed, preset: policy(features, k, generator, fed=fed, around=fed, preset=preset),
+                                  layers)
         fed = anchor[0].expand(k, -1) if anchor and options.deviations > 0 else None
         drawn = policy(features, k, generator, noise_std, fed=fed)
         return Sample(drawn.actions[:, group_of_unit], drawn.log_prob, drawn.entropy)

@@ -62,10 +62,11 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     import torch
 
     from devplace.learn.nets import Grouper, Sample, Seq2SeqPlacer, group_features
-    from devplace.learn.train import explore_around, reinforce, seeded
+    from devplace.learn.train import explore_around, layer_labels, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
     ops = Units.from_labels(graph, colocation_units(graph))    # what the Grouper assigns: ops, colocation whole
+    layers = layer_labels(graph, ops.unit_of) if options.layer_moves else None
     op_features = torch.from_numpy(unit_features(graph, ops.unit_of))
     op_features = torch.cat([op_features, position_bumps(ops.n_units, options.position_features).to(op_features.dtype)], 1)
     kind_counts = torch.from_numpy(unit_kind_counts(graph, ops.unit_of, ops.n_units)).float()
@@ -78,7 +79,8 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
         placer = Seq2SeqPlacer(2 * n_groups + MAX_KINDS + 1, cluster.n_devices, options.hidden_size,
                                bidirectional=True, tanh_constant=options.tanh_constant,
                                temperature=options.temperature,
-                               deviation_rate=min(1.0, options.deviations / n_groups))
+                               deviation_rate=min(1.0, options.deviations / n_groups),
+                               uniform_devices=options.uniform_devices)
     policy = torch.nn.ModuleDict({"grouper": grouper, "placer": placer})
 
     anchor = []    # the cloned warm start's device per group: with option deviations, fed to the Placer's decoder
@@ -89,7 +91,8 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
             embedded = group_features(groups, n_groups, kind_counts, output_bytes, edge_src, edge_dst)
             return explore_around(around, groups.numpy(), cluster.n_devices, n_groups, k, generator,
                                   options.boundary_moves,
-                                  lambda fed, preset: placer(embedded, k, generator, fed=fed, around=fed, preset=preset))
+                                  lambda fed, preset: placer(embedded, k, generator, fed=fed, around=fed, preset=preset),
+                                  layers)
         parts = []
         for share in np.array_split(np.arange(k), min(options.groupings_per_update, k)):
             around_greedy = options.deviations > 0 and not fresh    # fresh (option fresh_share): as the paper samples

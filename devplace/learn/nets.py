@@ -45,19 +45,21 @@ def _draw(logits: torch.Tensor, generator: torch.Generator, noise_std: float, fo
 
 
 def _deviate(logits: torch.Tensor, center: torch.Tensor, moves: float, generator: torch.Generator,
-             preset: torch.Tensor | None = None) -> Sample:
+             preset: torch.Tensor | None = None, uniform_devices: bool = False) -> Sample:
     """devplace's exploration around a centre placement (the greedy decode, or the best placement so far):
     logits (K, N, devices) and centre (K, N). About ``moves`` units per row move to another device drawn from
     the policy without the centre's; which units move is the policy's too, each in proportion to the
     probability it gives a device other than the centre's, so an update teaches it where to move as well as
     where to. ``preset`` (K, N; -1 where none) forces moves chosen elsewhere (boundary shifts). The
-    log-probability counts moved units only, so an update credits them and no others."""
+    log-probability counts moved units only, so an update credits them and no others. With
+    ``uniform_devices`` a moved unit's new device is drawn evenly from the others (the update still credits
+    the policy's log-probability of it)."""
     log_p = F.log_softmax(logits, dim=-1)
     p = log_p.detach().exp()
     off = (1.0 - p.gather(-1, center.unsqueeze(-1)).squeeze(-1)).clamp_min(1e-6)
     rate = (moves * off / off.sum(1, keepdim=True)).clamp_max(1.0)
     moved = torch.rand(center.shape, generator=generator) < rate
-    others = p.scatter(-1, center.unsqueeze(-1), 0.0) + 1e-12
+    others = (torch.ones_like(p) if uniform_devices else p).scatter(-1, center.unsqueeze(-1), 0.0) + 1e-12
     other = torch.multinomial(others.reshape(-1, p.shape[-1]), 1, generator=generator).view(center.shape)
     choice = torch.where(moved, other, center)
     if preset is not None:
@@ -76,10 +78,10 @@ class Seq2SeqPlacer(nn.Module):
     decode (or a given centre) with about that share of its units moved to another device (``_deviate``)."""
 
     def __init__(self, n_features: int, n_devices: int, hidden: int, bidirectional: bool, tanh_constant: float,
-                 temperature: float = 1.0, deviation_rate: float = 0.0):
+                 temperature: float = 1.0, deviation_rate: float = 0.0, uniform_devices: bool = False):
         super().__init__()
         self.n_devices, self.tanh_constant, self.bidirectional = n_devices, tanh_constant, bidirectional
-        self.temperature, self.deviation_rate = temperature, deviation_rate
+        self.temperature, self.deviation_rate, self.uniform_devices = temperature, deviation_rate, uniform_devices
         hidden = 2 * (hidden // 2) if bidirectional else hidden
         self.embed = nn.Linear(n_features, hidden)
         self.encoder = nn.LSTM(hidden, hidden // 2 if bidirectional else hidden, batch_first=True,
@@ -127,7 +129,8 @@ class Seq2SeqPlacer(nn.Module):
         if exploring:
             logits = torch.stack(all_logits, 1)
             center = logits.detach().argmax(-1) if around is None else around
-            return _deviate(logits, center, self.deviation_rate * features.shape[0], generator, preset)
+            return _deviate(logits, center, self.deviation_rate * features.shape[0], generator, preset,
+                            self.uniform_devices)
         return Sample(torch.stack(actions, 1), torch.stack(log_probs, 1).sum(1), torch.stack(entropies, 1).mean(1))
 
 

@@ -67,6 +67,13 @@ class ReinforceOptions(LearnerOptions):
     boundary_moves: float = option(0.0, "with deviate_from=best: each sample also shifts about this many boundaries "
                                         "between consecutive groups on different devices by one group (devplace's "
                                         "variant)")
+    layer_moves: bool = option(False, "with deviate_from=best: a group that moves takes along the rest of each "
+                                      "layer its ops belong to (a forward op with its backward and update ops), so a "
+                                      "sample moves whole layers as sim-search's coarse units do (devplace's variant)")
+    uniform_devices: bool = option(False, "a deviating unit moves to a device drawn evenly from the others, not from "
+                                          "the policy (credited as the policy's choice): after cloning a warm start the "
+                                          "policy's mass off it follows the neighbours' devices, an artefact of the "
+                                          "cloning, not of any reward (devplace's variant)")
     schedule_orders: str = option("topological", "schedule orders each placement is simulated in, comma-separated: "
                                                  "topological (the papers: the runtime's order) and upward-rank; with "
                                                  "both, each scores the faster, and the placement returned carries it "

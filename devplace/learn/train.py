@@ -203,16 +203,52 @@ def boundary_shifts(group_centre: np.ndarray, k: int, expected: float, generator
 
 
 def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_devices: int, n_groups: int, k: int,
-                   generator: torch.Generator, boundary_moves: float, draw) -> Sample:
+                   generator: torch.Generator, boundary_moves: float, draw,
+                   layer_of_unit: np.ndarray | None = None) -> Sample:
     """Option deviate_from=best for a policy that places groups of units: ``draw(group_centre (K, G),
     preset)`` deviates around each group's majority device of the centre; a moved group's units all take its
-    new device, every other unit keeps the centre's (so the centre is held exactly, finer than the groups)."""
+    new device, every other unit keeps the centre's (so the centre is held exactly, finer than the groups).
+    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``)."""
     group_centre = unit_majority(centre_units, group_of_unit, n_devices, n_groups)
     around = torch.from_numpy(group_centre).expand(k, -1)
     drawn = draw(around, boundary_shifts(group_centre, k, boundary_moves, generator))
     moved = (drawn.actions != around)[:, group_of_unit]
     actions = torch.where(moved, drawn.actions[:, group_of_unit], torch.from_numpy(centre_units).expand(k, -1))
+    if layer_of_unit is not None:
+        actions = torch.from_numpy(with_layers(actions.numpy(), moved.numpy(), layer_of_unit))
     return Sample(actions, drawn.log_prob, drawn.entropy)
+
+
+def with_layers(unit_devices: np.ndarray, moved: np.ndarray, layer_of_unit: np.ndarray) -> np.ndarray:
+    """Option layer_moves: (K, U) devices where every unit of a layer (``layer_of_unit``) one of whose units
+    ``moved`` takes that unit's new device (the last moved one's, in unit order, if several of a layer moved).
+    A slice of the step holds the forward ops of some layers and the backward ops of others, so moving it
+    alone adds transfers between a layer's forward and backward ops; moving the layers whole does not.
+
+    >>> with_layers(np.array([[1, 0, 0, 0]]), np.array([[True, False, False, False]]), np.array([0, 1, 0, 1]))
+    array([[1, 0, 1, 0]])
+    """
+    out = np.array(unit_devices, dtype=np.int64, copy=True)
+    for row, moves in zip(out, moved):
+        units = np.flatnonzero(moves)
+        if len(units):
+            layer_device = np.full(int(layer_of_unit.max()) + 1, -1, dtype=np.int64)
+            layer_device[layer_of_unit[units]] = row[units]
+            follow = layer_device[layer_of_unit]
+            row[follow >= 0] = follow[follow >= 0]
+    return out
+
+
+def layer_labels(graph, unit_of: np.ndarray) -> np.ndarray:
+    """Option layer_moves: per unit (``unit_of``: colocation units), its layer: each forward op with the
+    backward and update ops that follow it, colocation groups whole (``placers._moves.leader_units``, closed:
+    sim-search's coarse units when its co-placement groups degenerate)."""
+    from devplace.placers._moves import leader_units
+
+    n_units = int(unit_of.max()) + 1
+    layer = np.empty(n_units, dtype=np.int64)
+    layer[unit_of] = leader_units(graph, closed=True).unit_of    # a closed leader unit is a union of colocation units
+    return layer
 
 
 @dataclasses.dataclass
@@ -247,6 +283,9 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
         raise DevplaceError(f"{name}: option fresh_share={options.fresh_share} must be between 0 and 1")
     if options.boundary_moves > 0 and options.deviate_from != "best":
         raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
+                            f"placement so far)")
+    if options.layer_moves and options.deviate_from != "best":
+        raise DevplaceError(f"{name}: option layer_moves needs deviate_from=best (layers moved from the best "
                             f"placement so far)")
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
 
