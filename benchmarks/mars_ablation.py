@@ -314,7 +314,10 @@ def compare_pairs(arms: dict) -> dict:
     return out
 
 
-def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, config: str = "paper") -> dict:
+def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, config: str = "paper",
+             baseline_samples: int | None = None) -> dict:
+    """The runs of each model, their targets and medians; best known includes ``mars.py``'s baselines run at
+    ``baseline_samples`` (default: ``samples``; sim-search's evaluations)."""
     results = {}
     for name in names:
         arms = {arm: [json.loads(p.read_text()) for seed in seeds
@@ -324,7 +327,7 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, con
             continue
         arms = {arm: runs for arm, runs in arms.items() if runs}
         baselines = {spec: json.loads(p.read_text()) for spec in BASELINES
-                     if (p := RUNS / f"{name}-{spec}-{samples}.json").exists()}
+                     if (p := RUNS / f"{name}-{spec}-{baseline_samples or samples}.json").exists()}
         found = [r["best_step_us"] for arm in ABLATION for r in arms.get(arm, [])]
         mars_best = min(found)
         best_known = min(found + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])
@@ -347,6 +350,7 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, con
                          "best_known_us": best_known, "mars_best_us": mars_best,
                          "baselines": {k: v.get("best_step_us") for k, v in baselines.items()},
                          "samples": samples, "time_cap_s": cap_s, "seeds": seeds, "config": config,
+                         "baseline_samples": baseline_samples or samples,
                          "options": CONFIGS[config]}
     return results
 
@@ -441,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="only write the report (JSON, PNG, the table)")
     parser.add_argument("--config", choices=tuple(CONFIGS), default="paper", help="paper: the paper's configuration; "
                         "devplace: devplace's variant added to every arm (DEVPLACE)")
+    parser.add_argument("--baseline-samples", type=int, default=None, help="read mars.py's baselines (best known) "
+                        "made with this many samples (default: --samples)")
     parser.add_argument("--study", action="store_true", help="only measure devplace's variant without each of its "
                         "options in turn (STUDY: pre-trained encoder, seed 0)")
     args = parser.parse_args(argv)
@@ -458,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.report:
         run_all(names, arms, seeds, args.samples, args.time_cap_s, args.config)
-    results = assemble(names, seeds, args.samples, args.time_cap_s, args.config)
+    results = assemble(names, seeds, args.samples, args.time_cap_s, args.config, args.baseline_samples)
     write_text_atomic(RESULTS / f"{report_name(args.samples, args.config)}.json",
                       json.dumps(results, indent=1, default=float) + "\n")
     if results:         # a model enters once both arms of a pair have runs
