@@ -24,8 +24,9 @@ may), ``init`` (a warm start: the fastest of some algorithmic placers' placement
 policy before PPO starts, shared with every learner by ``train``), ``units_along_init`` (beyond
 ``max_units``, units merge only where the warm start keeps the device, so they can hold it: merged
 evenly, a unit of GNMT-4's 256 spans about 97 ops of several of the expert's layers, and the expert's
-projection on them is 3x slower) and ``normalize_units`` (the decoder's unit input layer-normalised,
-``marsnet``).
+projection on them is 3x slower), ``init_stop_deviations`` (cloning stops while samples still move a
+few units, so PPO explores around the warm start) and ``normalize_units`` (the decoder's unit input
+layer-normalised, ``marsnet``).
 
 The paper reports the step times Mars finds and that pre-training cut training time by 13.2%; it
 gives no hyper-parameters. Ours are CleanRL's PPO defaults where PPO has one (``MarsOptions`` says
@@ -100,8 +101,7 @@ def units_and_starts(graph, cluster, options: MarsOptions, seed: int):
     if not options.units_along_init:
         return mars_units(graph, options.max_units), None
     starts = warm_start(NAME, graph, cluster, options.init, seed)
-    orders = tuple(o.strip() for o in options.schedule_orders.split(",") if o.strip())
-    spec = fastest_start(starts, PlacementEnv(graph, cluster, np.arange(graph.n_ops), orders))[1]
+    spec = fastest_start(starts, PlacementEnv(graph, cluster, np.arange(graph.n_ops), options.orders()))[1]
     return mars_units(graph, options.max_units, None if spec is None else starts[spec]), starts
 
 

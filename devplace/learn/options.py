@@ -55,6 +55,10 @@ class WholePlacementOptions(LearnerOptions):
                                                  "both, each scores the faster, and the placement returned carries it "
                                                  "(devplace's variant)")
 
+    def orders(self) -> tuple[str, ...]:
+        """Option schedule_orders as a tuple (``PlacementEnv`` refuses unknown ones, naming them)."""
+        return tuple(o.strip() for o in self.schedule_orders.split(",") if o.strip())
+
 
 @dataclass(frozen=True)
 class ReinforceOptions(WholePlacementOptions):

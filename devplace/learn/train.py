@@ -313,7 +313,7 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
     if options.init and clone is None:
         raise DevplaceError(f"{name}: option init is not supported by this learner; leave it empty")
     reward = Reward(options.failing_step_s, options.oom_penalty_s_per_gib)
-    orders = tuple(o.strip() for o in options.schedule_orders.split(",") if o.strip())
+    orders = options.orders()
     generator = torch.Generator().manual_seed(seed)
     identity = _identity(name, graph, cluster, seed, options)
     checkpoint = Path(options.checkpoint) if options.checkpoint else None
