@@ -14,7 +14,13 @@ the search is what falls short. Groupings measured:
   m-SCT+opt and single), which ``deviate_from=best`` then moves group by group;
 - ``hp-own``: the grouping ``grouping_of`` gives sim-search's own placement (what a Grouper could learn;
   exact by construction, each group on one device);
-- ``slices-N``: N equal runs of colocation units in step order (finer units, for comparison).
+- ``slices-N``: N equal runs of colocation units in step order (finer units, for comparison);
+- ``mars-N``: Mars's units (ColocRL's groups before the cap, consecutive ones merged to N: ``mars_units``);
+- ``mars-along-warm-N``: the same, merged without crossing a device change of the warm start
+  (``capped_units_along``, option ``units_along_init`` of Mars).
+
+Each grouping also holds the warm start as closely as it can (``warm_both_orders_us``): a learner whose
+units cannot hold its warm start samples only its projection.
 
     .venv/bin/python benchmarks/learner_projection.py --models gnmt_layers_training,inception_v3,gnmt4
 
@@ -50,7 +56,10 @@ SLICES = (256, 1024)
 def groupings(graph, cluster, warm_devices: np.ndarray, good_devices: np.ndarray) -> dict[str, np.ndarray]:
     """Per grouping name, the group of every op."""
     from devplace.learn.colocrl import ColocRLOptions, colocrl_groups
+    from devplace.learn.features import capped_units_along
     from devplace.learn.hp import HPOptions
+    from devplace.learn.mars import mars_units
+    from devplace.transforms.coplacement import coplacement_groups
 
     ops = Units.from_labels(graph, colocation_units(graph))
     n_hp = max(1, min(HPOptions().max_groups, 20 * cluster.n_devices))
@@ -61,6 +70,9 @@ def groupings(graph, cluster, warm_devices: np.ndarray, good_devices: np.ndarray
         out[name] = grouping_of(per_unit, n_hp, cluster.n_devices)[0][ops.unit_of]
     for n in SLICES:
         out[f"slices-{n}"] = (np.arange(ops.n_units) * min(n, ops.n_units) // ops.n_units)[ops.unit_of]
+        out[f"mars-{n}"] = mars_units(graph, n).unit_of
+        labels = coplacement_groups(graph, single_consumer=True, mirror=False)
+        out[f"mars-along-warm-{n}"] = capped_units_along(graph, labels, n, warm_devices).unit_of
     return out
 
 
@@ -97,7 +109,9 @@ def measure(name: str) -> dict:
         devices = project(good, group_of, cluster.n_devices)
         result, ordered = sim.run(devices), sim.run(dp.Placement(devices=devices, priority=order))
         faster = both.evaluate(devices[None])
+        held = both.evaluate(project(warm, group_of, cluster.n_devices)[None])
         entry["projections"][label] = {"groups": int(group_of.max()) + 1,
+                                       "warm_both_orders_us": None if held.oom[0] else float(held.step_us[0]),
                                        "step_us": None if result.oom_devices else result.step_time_us,
                                        "both_orders_us": None if faster.oom[0] else float(faster.step_us[0]),
                                        "sim_search_order_us": None if ordered.oom_devices else ordered.step_time_us}
@@ -119,7 +133,8 @@ def table(results: dict) -> str:
             if p is None:
                 return "-"
             return (f"{p['groups']} groups: {ms(p['step_us'])}; both {ms(p['both_orders_us'])}; "
-                    f"sim-search's {ms(p['sim_search_order_us'])}")
+                    f"sim-search's {ms(p['sim_search_order_us'])}; warm start held, both orders "
+                    f"{ms(p.get('warm_both_orders_us'))}")
         lines.append("| " + " | ".join([MODELS[name][0], f"{base / 1e3:.2f}",
                                         f"{ms(e['sim_search_devices_us'])}; {ms(e['sim_search_devices_both_orders_us'])} "
                                         f"({e['sim_search_runs']})",

@@ -56,6 +56,7 @@ from devplace.fileio import write_text_atomic
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mars import (BASELINES, MODELS, RUNS, WITHIN, graph_and_cluster, learn, load_now, model_names,  # noqa: E402
                   reach, write_figure)
+from learned_placers import ROUND4  # noqa: E402
 from reproduce_papers import RESULTS  # noqa: E402
 
 
@@ -67,15 +68,32 @@ PAIRS = {"fine-tuned": ("mars", "mars-no-pretrain"), "frozen": ("mars-frozen", "
 # entropy bonus; the annealing, the value clipping and the 4 minibatches stay), pre-trained encoder.
 VARIANTS = {"mars-sb3-ppo": {"learning_rate": 3e-4, "update_epochs": 10, "entropy_coef": 0.0}}
 ARMS = ABLATION | VARIANTS
+# devplace's variant (``--config devplace``), added to every arm; off, the paper's configuration (``--config paper``):
+# every placement scored in the faster of two schedule orders; a warm start, the faster of the expert and one device
+# (never sim-search's own result; m-SCT+opt, the other learners' third candidate, is slower than the expert on all
+# three models here and takes 30 s on GNMT-4), cloned until a sample is expected to move about 2 units from it;
+# up to 1,024 units, merged only where the warm start keeps the device; the decoder's unit input layer-normalised
+# (``devplace.learn.mars``). Each was measured before it was kept (``--study``).
+DEVPLACE = dict(schedule_orders=ROUND4["schedule_orders"], init="expert,single", init_stop_deviations=2.0,
+                units_along_init=True, max_units=1024, normalize_units=True)
+CONFIGS = {"paper": {}, "devplace": DEVPLACE}
+# ``--study``: the pre-trained arm, seed 0, with devplace's variant and without each of its options in turn
+STUDY = {"devplace": DEVPLACE,
+         "without-orders": DEVPLACE | {"schedule_orders": "topological"},
+         "without-init": {k: v for k, v in DEVPLACE.items() if not k.startswith("init") and k != "units_along_init"},
+         "without-stop": DEVPLACE | {"init_stop_deviations": 0.0},
+         "without-along": DEVPLACE | {"units_along_init": False},
+         "without-1024": DEVPLACE | {"max_units": 256},
+         "without-normalize": DEVPLACE | {"normalize_units": False}}
 
 
-def report_name(samples: int) -> str:
-    """The report's file name, without extension, for runs of ``samples``."""
-    return f"mars_ablation_{samples}"
+def report_name(samples: int, config: str = "paper") -> str:
+    """The report's file name, without extension, for runs of ``samples`` under ``config``."""
+    return f"mars_ablation_{samples}" + ("" if config == "paper" else f"_{config}")
 
 
-def run_path(name: str, arm: str, samples: int, cap_s: float, seed: int) -> Path:
-    return RUNS / f"{name}-{arm}-{samples}-cap{cap_s:g}-seed{seed}.json"
+def run_path(name: str, arm: str, samples: int, cap_s: float, seed: int, config: str = "paper") -> Path:
+    return RUNS / f"{name}-{arm}{'' if config == 'paper' else '-' + config}-{samples}-cap{cap_s:g}-seed{seed}.json"
 
 
 def encoder_drift(checkpoint: Path, options: dict, seed: int) -> float:
@@ -122,18 +140,26 @@ def _device_log_probs(policy, g, actions: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(torch.cat(caught, 1), -1)
 
 
-def _policy(graph, cluster, checkpoint: Path, options: dict):
+_UNITS: dict = {}     # (graph, options that cut the units, seed) -> unit_of: the warm start is placed once per model and seed
+
+
+def _policy(graph, cluster, checkpoint: Path, options: dict, seed: int):
     """The policy a run saved in ``checkpoint`` and the unit graph it reads."""
     from devplace.learn.encoder import GCNEncoder, unit_graph
-    from devplace.learn.mars import MarsOptions, mars_units
+    from devplace.learn.mars import MarsOptions, units_and_starts
+    from devplace.placement import graph_fingerprint
     from devplace.learn.marsnet import SegmentPlacer
 
     settings = MarsOptions(**options)
     weights = torch.load(checkpoint, weights_only=False)["policy"]
     encoder = GCNEncoder(weights["encoder.act1.weight"].shape[0])
-    policy = SegmentPlacer(encoder, cluster.n_devices, settings.hidden_size, settings.segment_length)
+    policy = SegmentPlacer(encoder, cluster.n_devices, settings.hidden_size, settings.segment_length,
+                           settings.normalize_units)
     policy.load_state_dict(weights)
-    return policy, unit_graph(graph, mars_units(graph, settings.max_units).unit_of)
+    key = (graph_fingerprint(graph.names), settings.max_units, settings.units_along_init, settings.init, settings.schedule_orders, seed)
+    if key not in _UNITS:
+        _UNITS[key] = units_and_starts(graph, cluster, settings, seed)[0].unit_of
+    return policy, unit_graph(graph, _UNITS[key])
 
 
 def _mean_kl(own: torch.Tensor, other: torch.Tensor) -> float:
@@ -149,7 +175,7 @@ def embedding_kl(graph, cluster, checkpoint: Path, options: dict, seed: int, pla
     A nearly deterministic policy hides logit changes from the KL, so ``logit_change`` is the logits' own
     change: mean |change| of the centred log-probabilities over their mean |value| (0: the embeddings
     do not move the logits; 1: they move them as much as the logits differ between devices)."""
-    policy, g = _policy(graph, cluster, checkpoint, options)
+    policy, g = _policy(graph, cluster, checkpoint, options, seed)
     generator = torch.Generator().manual_seed(seed)
     actions = policy.act(g, placements, generator).actions
     own = _device_log_probs(policy, g, actions)
@@ -174,7 +200,7 @@ def at_start(graph, cluster, seed: int, placements: int = 16) -> dict:
             learn(graph, cluster, "mars", 16, ARMS[arm] | {"learning_rate": 0.0, "checkpoint": str(checkpoint)},
                   seed=seed)
             out[arm] = embedding_kl(graph, cluster, checkpoint, ARMS[arm], seed, placements)
-            policies[arm] = policy, g = _policy(graph, cluster, checkpoint, ARMS[arm])
+            policies[arm] = policy, g = _policy(graph, cluster, checkpoint, ARMS[arm], seed)
             with torch.no_grad():
                 encoded = policy._encode(g)[0]
                 out[arm] |= {"embedding_rms": float(policy.encoder(g.x, g.edge_index).pow(2).mean().sqrt()),
@@ -186,14 +212,16 @@ def at_start(graph, cluster, seed: int, placements: int = 16) -> dict:
     return out
 
 
-def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, cap_s: float) -> None:
+def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, cap_s: float,
+            config: str = "paper") -> None:
+    """Every arm of ``arms`` (``ARMS``, with ``CONFIGS[config]`` added) on every model and seed, kept under RUNS."""
     for name in names:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name}, load {load_now():.1f}", flush=True)
         for seed in seeds:
             for arm in arms:
-                options = ARMS[arm]
-                path = run_path(name, arm, samples, cap_s, seed)
+                options = ARMS[arm] | CONFIGS[config]
+                path = run_path(name, arm, samples, cap_s, seed, config)
                 if path.exists():
                     continue
                 with tempfile.TemporaryDirectory() as scratch:
@@ -208,6 +236,35 @@ def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, c
                 print(f"  {arm} seed {seed}: {result.get('best_step_us', math.nan) / 1e3:.2f} ms, "
                       f"{result.get('samples')} samples in {result.get('seconds')} s {result.get('error', '')}",
                       flush=True)
+
+
+def study_path(name: str, variant: str, samples: int, cap_s: float) -> Path:
+    return RUNS / f"{name}-study-{variant}-{samples}-cap{cap_s:g}-seed0.json"
+
+
+def study(names: list[str], samples: int, cap_s: float) -> str:
+    """``STUDY``: each option of devplace's variant measured by leaving it out (pre-trained encoder, seed 0, the
+    same budget); runs kept under RUNS, the table returned and written to ``mars_options_SAMPLES.json``."""
+    results = {}
+    for name in names:
+        graph, cluster = graph_and_cluster(name)
+        for variant, options in STUDY.items():
+            path = study_path(name, variant, samples, cap_s)
+            if not path.exists():
+                result = learn(graph, cluster, "mars", samples, options | {"time_budget_s": cap_s}, seed=0)
+                write_text_atomic(path, json.dumps(result | {"options": options}, default=float) + "\n")
+                print(f"  {name} {variant}: {result.get('best_step_us', math.nan) / 1e3:.2f} ms, "
+                      f"{result.get('samples')} samples in {result.get('seconds')} s {result.get('error', '')}", flush=True)
+            results.setdefault(name, {})[variant] = json.loads(path.read_text())
+    write_text_atomic(RESULTS / f"mars_options_{samples}.json", json.dumps(results, indent=1, default=float) + "\n")
+    lines = ["| model | variant | best (ms) | against devplace's variant | samples run | s | load |", "|" + "---|" * 7]
+    for name, runs in results.items():
+        full = runs["devplace"]["best_step_us"]
+        for variant, r in runs.items():
+            lines.append("| " + " | ".join([MODELS[name][0], variant, f"{r['best_step_us'] / 1e3:.1f}",
+                                            f"{r['best_step_us'] / full - 1:+.1%}", str(r["samples"]),
+                                            f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}"]) + " |")
+    return "\n".join(lines)
 
 
 def start_path(name: str, seed: int) -> Path:
@@ -257,17 +314,20 @@ def compare_pairs(arms: dict) -> dict:
     return out
 
 
-def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float) -> dict:
+def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, config: str = "paper",
+             baseline_samples: int | None = None) -> dict:
+    """The runs of each model, their targets and medians; best known includes ``mars.py``'s baselines run at
+    ``baseline_samples`` (default: ``samples``; sim-search's evaluations)."""
     results = {}
     for name in names:
         arms = {arm: [json.loads(p.read_text()) for seed in seeds
-                      if (p := run_path(name, arm, samples, cap_s, seed)).exists()] for arm in ARMS}
+                      if (p := run_path(name, arm, samples, cap_s, seed, config)).exists()] for arm in ARMS}
         arms = {arm: [r for r in runs if "curve" in r] for arm, runs in arms.items()}
         if not any(all(arms[arm] for arm in pair) for pair in PAIRS.values()):
             continue
         arms = {arm: runs for arm, runs in arms.items() if runs}
         baselines = {spec: json.loads(p.read_text()) for spec in BASELINES
-                     if (p := RUNS / f"{name}-{spec}-{samples}.json").exists()}
+                     if (p := RUNS / f"{name}-{spec}-{baseline_samples or samples}.json").exists()}
         found = [r["best_step_us"] for arm in ABLATION for r in arms.get(arm, [])]
         mars_best = min(found)
         best_known = min(found + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])
@@ -289,7 +349,9 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float) -> 
         results[name] = {"arms": arms, "summary": summary, "pairs": compare_pairs(arms), "at_start": starts,
                          "best_known_us": best_known, "mars_best_us": mars_best,
                          "baselines": {k: v.get("best_step_us") for k, v in baselines.items()},
-                         "samples": samples, "time_cap_s": cap_s, "seeds": seeds}
+                         "samples": samples, "time_cap_s": cap_s, "seeds": seeds, "config": config,
+                         "baseline_samples": baseline_samples or samples,
+                         "options": CONFIGS[config]}
     return results
 
 
@@ -366,7 +428,8 @@ def plot(results: dict) -> None:
         ax.set_xlabel("simulated placements")
         ax.set_title(MODELS[name][0], fontsize=9)
     axes[0][0].set_ylabel("best step time so far (ms)")
-    write_figure(figure, axes, f"{report_name(next(iter(results.values()))['samples'])}.png")
+    entry = next(iter(results.values()))
+    write_figure(figure, axes, f"{report_name(entry['samples'], entry['config'])}.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at-start", action="store_true", help="only measure the untrained policies (at_start; "
                         "the report shows them)")
     parser.add_argument("--report", action="store_true", help="only write the report (JSON, PNG, the table)")
+    parser.add_argument("--config", choices=tuple(CONFIGS), default="paper", help="paper: the paper's configuration; "
+                        "devplace: devplace's variant added to every arm (DEVPLACE)")
+    parser.add_argument("--baseline-samples", type=int, default=None, help="read mars.py's baselines (best known) "
+                        "made with this many samples (default: --samples)")
+    parser.add_argument("--study", action="store_true", help="only measure devplace's variant without each of its "
+                        "options in turn (STUDY: pre-trained encoder, seed 0)")
     args = parser.parse_args(argv)
     names = model_names(parser, args.models)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -390,10 +459,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.at_start:
         measure_starts(names, seeds)
         return 0
+    if args.study:
+        print(study(names, args.samples, args.time_cap_s))
+        return 0
     if not args.report:
-        run_all(names, arms, seeds, args.samples, args.time_cap_s)
-    results = assemble(names, seeds, args.samples, args.time_cap_s)
-    write_text_atomic(RESULTS / f"{report_name(args.samples)}.json", json.dumps(results, indent=1, default=float) + "\n")
+        run_all(names, arms, seeds, args.samples, args.time_cap_s, args.config)
+    results = assemble(names, seeds, args.samples, args.time_cap_s, args.config, args.baseline_samples)
+    write_text_atomic(RESULTS / f"{report_name(args.samples, args.config)}.json",
+                      json.dumps(results, indent=1, default=float) + "\n")
     if results:         # a model enters once both arms of a pair have runs
         plot(results)
     print(table(results))

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 import devplace as dp
@@ -224,3 +225,112 @@ def test_freeze_encoder_keeps_the_encoder_as_it_starts_and_still_trains_the_plac
 
     assert moved(True, "encoder.") == 0.0 and moved(True, "decoder.") > 1e-3
     assert moved(False, "encoder.") > 1e-3 and moved(False, "decoder.") > 1e-3
+
+
+def test_schedule_orders_let_mars_score_a_placement_in_its_faster_order(tmp_path):
+    """Option schedule_orders (devplace's variant): Mars's every placement is scored in the faster of the
+    topological and upward-rank orders, and the placement returned carries the order its figure was
+    simulated in. An untrained policy (learning rate 0) draws the same placements either way; on a graph
+    where some splits wait 100 us for an idle op in the topological order, they score less with both orders."""
+    from devplace.cluster import uniform_cluster
+    from devplace.graph import GraphBuilder
+
+    b = GraphBuilder(["gpu"])    # test_learn's waits_for_an_idle_op, with a read twice so it is a unit of its own
+    for name in ("x", "a", "c", "b1", "b2", "b3"):
+        b.add_op(name, compute_us={"gpu": 100.0})
+    for src, dst in (("a", "b1"), ("a", "c"), ("b1", "b2"), ("b2", "b3")):
+        b.add_edge(src, dst, bytes=8.0)
+    g, cluster = b.build(), uniform_cluster(2)
+    options = FAST | dict(learning_rate=0.0, pretrained=False, samples=64)
+
+    def run(orders: str):
+        log = tmp_path / f"{orders}.csv"
+        placed = dp.place(g, cluster, algo="mars", seed=0, schedule_orders=orders, log=str(log), **options)
+        rows = [line.split(",") for line in log.read_text().splitlines()]
+        column = rows[0].index("mean_step_us")
+        return placed, [float(r[column]) for r in rows[1:]]
+
+    (both, both_means), (topological, topological_means) = run("topological,upward-rank"), run("topological")
+    assert all(x <= y for x, y in zip(both_means, topological_means)) and sum(both_means) < sum(topological_means)
+    assert dp.simulate(g, cluster, both).step_time_us == both.options["step_us"]
+
+
+def test_mars_warm_start_is_cloned_into_the_policy_and_returned_unless_beaten():
+    """Option init (the learners' warm start, now Mars's too): the fastest named placer's placement is cloned
+    into the placer by teacher forcing, so the policy then draws it with high probability, and the run
+    returns it if no sample beats it (here no PPO update: learning rate 0)."""
+    graph = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
+    from devplace.io.dnn_partitioning import cluster_for
+
+    cluster = cluster_for(graph)
+    placed = dp.place(graph, cluster, algo="mars", seed=0, samples=16, init="m-sct+opt", init_updates=60, init_learning_rate=0.03,
+                      **(FAST | dict(learning_rate=0.0, pretrained=False)))
+    assert placed.options["init"] == "m-sct+opt" and placed.options["init_fit"] > 0.9
+    assert placed.options["step_us"] <= placed.options["init_step_us"]    # its devices, scored as every sample
+    untrained = dp.place(graph, cluster, algo="mars", seed=0, samples=16, init="m-sct+opt", init_updates=0,
+                         **(FAST | dict(learning_rate=0.0, pretrained=False)))
+    assert untrained.options["init_fit"] < 0.6
+
+
+def test_normalize_units_puts_the_unit_encodings_on_the_device_embeddings_scale():
+    """Option normalize_units: the unit encodings the decoder reads start at a root mean square of about 1,
+    as the previous device's embedding beside them; without it the reader's LSTM outputs are several times
+    smaller (BENCHMARKS.md: 6-19x on the zoo models), so the decoder barely hears the unit."""
+    _, g = bundled_unit_graph()
+
+    def scales(normalize: bool) -> tuple[float, float]:
+        with seeded(0):
+            policy = SegmentPlacer(load_encoder(SHIPPED)[0].encoder, 4, 128, 64, normalize_units=normalize)
+        with torch.no_grad():
+            encoded = policy._encode(g)[0]
+        return float(encoded.pow(2).mean().sqrt()), float(policy.device_embed.weight.detach().pow(2).mean().sqrt())
+
+    (units, devices), (raw_units, raw_devices) = scales(True), scales(False)
+    assert devices == raw_devices and 0.9 < units / devices < 1.1
+    assert raw_units / raw_devices < 0.3
+
+
+def _bundled_with_warm_start():
+    graph = dp.load_graph(dp.example_path("gnmt_layers_training.json"))
+    from devplace.io.dnn_partitioning import cluster_for
+
+    cluster = cluster_for(graph)
+    return graph, cluster, np.asarray(dp.place(graph, cluster, algo="m-sct+opt", seed=0).devices)
+
+
+def test_units_along_the_warm_start_hold_it_where_evenly_merged_units_do_not():
+    """Option units_along_init (``capped_units_along``): capped to a few more units than the warm start has
+    runs of one device in step order, the units hold the warm start as the uncapped units do (each unit's
+    majority device gives the same per-op placement); merged evenly (``capped_units``) they lose it."""
+    from devplace.learn.features import capped_units, capped_units_along, unit_majority
+    from devplace.transforms.coplacement import coplacement_groups
+
+    graph, cluster, warm = _bundled_with_warm_start()
+    labels = coplacement_groups(graph, single_consumer=True, mirror=False)
+    full = mars_units(graph, 10**6)
+    runs = 1 + int(np.count_nonzero(np.diff(unit_majority(warm, full.unit_of, cluster.n_devices))))
+    cap = runs + 3
+    assert cap < full.n_units
+
+    def held(units) -> np.ndarray:
+        return unit_majority(warm, units.unit_of, cluster.n_devices, units.n_units)[units.unit_of]
+
+    along, even = capped_units_along(graph, labels, cap, warm), capped_units(graph, labels, cap)
+    assert along.n_units <= cap and even.n_units == cap
+    assert (held(along) == held(full)).all()
+    assert (held(even) != held(full)).any()
+
+
+def test_init_stop_deviations_ends_cloning_while_samples_still_move_a_few_units():
+    """Option init_stop_deviations: cloning stops once a sample is expected to differ from the warm start in
+    at most that many units (here 5), before all init_updates; without it cloning runs them all and the policy
+    ends closer to the warm start."""
+    graph, cluster, _ = _bundled_with_warm_start()
+    options = FAST | dict(learning_rate=0.0, pretrained=False, samples=8, init="m-sct+opt", init_updates=60,
+                          init_learning_rate=0.03)
+    stopped = dp.place(graph, cluster, algo="mars", seed=0, init_stop_deviations=5.0, **options).options
+    full = dp.place(graph, cluster, algo="mars", seed=0, **options).options
+    units = stopped["units"]
+    assert 0 < stopped["init_updates_done"] < 60 == full["init_updates_done"]
+    assert units * (1 - stopped["init_fit"]) <= 5.0 + 1e-6      # the fit it stopped at (geometric mean)
+    assert full["init_fit"] > stopped["init_fit"]

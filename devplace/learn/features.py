@@ -84,3 +84,24 @@ def capped_units(graph, labels, max_units: int) -> Units:
         return units
     merged = np.arange(units.n_units) * max_units // units.n_units
     return Units.from_labels(graph, merged[units.unit_of])
+
+
+def capped_units_along(graph, labels, max_units: int, op_devices: np.ndarray) -> Units:
+    """As ``capped_units``, but a merge never crosses a change of device of the per-op placement
+    ``op_devices`` (a warm start), so that placement stays expressible: each run of consecutive units the
+    placement puts on one device gets at least one merged unit, and the rest of ``max_units`` is shared in
+    proportion to the runs' lengths. With more such runs than ``max_units`` the runs themselves merge evenly."""
+    units = Units.from_labels(graph, labels)
+    if units.n_units <= max_units:
+        return units
+    device = unit_majority(op_devices, units.unit_of, int(np.max(op_devices)) + 1, units.n_units)
+    run_of = np.concatenate([[0], np.cumsum(device[1:] != device[:-1])])
+    n_runs = int(run_of[-1]) + 1
+    if n_runs >= max_units:
+        return Units.from_labels(graph, (run_of * max_units // n_runs)[units.unit_of])
+    length = np.bincount(run_of)
+    share = 1 + (max_units - n_runs) * length // units.n_units
+    first = np.cumsum(length) - length
+    position = np.arange(units.n_units) - first[run_of]
+    merged = (np.cumsum(share) - share)[run_of] + position * share[run_of] // length[run_of]
+    return Units.from_labels(graph, merged[units.unit_of])

@@ -17,6 +17,17 @@
 4. PPO with a value head trains encoder and placer together (the placer alone with ``freeze_encoder``)
    on the simulated step time (``ppo``).
 
+devplace's variant (options off by default, the paper's setting; ``--config devplace`` of
+``benchmarks/mars_ablation.py`` turns them on, BENCHMARKS.md says what each did): ``schedule_orders``
+(each placement scored in the faster of the topological and upward-rank orders, as ColocRL and HP
+may), ``init`` (a warm start: the fastest of some algorithmic placers' placements cloned into the
+policy before PPO starts, shared with every learner by ``train``), ``units_along_init`` (beyond
+``max_units``, units merge only where the warm start keeps the device, so they can hold it: merged
+evenly, a unit of GNMT-4's 256 spans about 97 ops of several of the expert's layers, and the expert's
+projection on them is 3x slower), ``init_stop_deviations`` (cloning stops while samples still move a
+few units, so PPO explores around the warm start) and ``normalize_units`` (the decoder's unit input
+layer-normalised, ``marsnet``).
+
 The paper reports the step times Mars finds and that pre-training cut training time by 13.2%; it
 gives no hyper-parameters. Ours are CleanRL's PPO defaults where PPO has one (``MarsOptions`` says
 which), and measured choices for the network's sizes.
@@ -29,8 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devplace.learn.features import capped_units
-from devplace.learn.options import LearnerOptions
+import numpy as np
+
+from devplace.learn.features import capped_units, capped_units_along
+from devplace.learn.options import WholePlacementOptions
 from devplace.placers import register
 from devplace.placers._memory import check_can_fit
 from devplace.placers.options import option
@@ -40,7 +53,7 @@ NAME = "mars"
 
 
 @dataclass(frozen=True)
-class MarsOptions(LearnerOptions):
+class MarsOptions(WholePlacementOptions):
     """Mars's hyper-parameters. PPO's are CleanRL's ``ppo.py`` defaults (the paper states none): clip 0.2,
     4 epochs per batch of 4 minibatches, entropy coefficient 0.01, value coefficient 0.5 with the value
     loss clipped, advantages normalised per minibatch, Adam at 2.5e-4 annealed linearly to 0 over the
@@ -66,11 +79,30 @@ class MarsOptions(LearnerOptions):
     encoder_hidden: int = option(64, "encoder width when pretrained=false (the shipped encoder's)")
     freeze_encoder: bool = option(False, "keep the encoder's weights as they start (pre-trained or random); "
                                   "false, as the paper: PPO fine-tunes them with the placer")
+    normalize_units: bool = option(False, "layer-normalise the unit encodings the decoder reads, so they are not "
+                                          "dwarfed by the previous device's embedding beside them (devplace's variant)")
+    units_along_init: bool = option(False, "with init: beyond max_units, merge units without crossing a device change "
+                                           "of the warm start, so the units can hold it (devplace's variant)")
 
 
-def mars_units(graph, max_units: int):
-    """Colocation groups plus single-consumer chains, at most ``max_units`` of them, as ``Units``."""
-    return capped_units(graph, coplacement_groups(graph, single_consumer=True, mirror=False), max_units)
+def mars_units(graph, max_units: int, along: np.ndarray | None = None):
+    """Colocation groups plus single-consumer chains, at most ``max_units`` of them, as ``Units``; merged
+    without crossing a device change of the per-op placement ``along`` when given (option units_along_init)."""
+    labels = coplacement_groups(graph, single_consumer=True, mirror=False)
+    return capped_units(graph, labels, max_units) if along is None else capped_units_along(graph, labels, max_units, along)
+
+
+def units_and_starts(graph, cluster, options: MarsOptions, seed: int):
+    """Mars's units and, with option units_along_init, the warm-start candidates they were cut along (the
+    fastest that fits, as ``train`` picks it; None otherwise, and ``train`` computes them if option init asks)."""
+    from devplace.learn.env import PlacementEnv
+    from devplace.learn.train import fastest_start, warm_start
+
+    if not options.units_along_init:
+        return mars_units(graph, options.max_units), None
+    starts = warm_start(NAME, graph, cluster, options.init, seed)
+    spec = fastest_start(starts, PlacementEnv(graph, cluster, np.arange(graph.n_ops), options.orders()))[1]
+    return mars_units(graph, options.max_units, None if spec is None else starts[spec]), starts
 
 
 def _check(options: MarsOptions) -> None:
@@ -81,6 +113,9 @@ def _check(options: MarsOptions) -> None:
             raise DevplaceError(f"{NAME}: option {name} is {getattr(options, name)}: use 1 or more")
     if options.clip <= 0:
         raise DevplaceError(f"{NAME}: option clip is {options.clip}: use a positive range such as 0.2")
+    if options.units_along_init and not options.init:
+        raise DevplaceError(f"{NAME}: option units_along_init needs option init (the warm start the units are cut "
+                            f"along), e.g. init=expert,m-sct+opt,single")
 
 
 @register(NAME, "Mars (ICPP 2021): DGI-pre-trained GCN encoder, segment-level seq2seq placer, PPO on the "
@@ -95,13 +130,14 @@ def place(graph, cluster, *, seed: int = 0, options: MarsOptions = MarsOptions()
 
     _check(options)
     check_can_fit(graph, cluster, NAME)
-    units = mars_units(graph, options.max_units)
+    units, starts = units_and_starts(graph, cluster, options, seed)
     g = unit_graph(graph, units.unit_of)
     with seeded(seed):
         pretrained = load_encoder(options.encoder or SHIPPED)[0].encoder if options.pretrained else None
     with seeded(seed):     # the same draws with and without pre-training: the arms differ in the encoder's weights only
         encoder = GCNEncoder(options.encoder_hidden if pretrained is None else pretrained.hidden)
-        policy = SegmentPlacer(encoder, cluster.n_devices, options.hidden_size, options.segment_length)
+        policy = SegmentPlacer(encoder, cluster.n_devices, options.hidden_size, options.segment_length,
+                               options.normalize_units)
     if pretrained is not None:
         encoder.load_state_dict(pretrained.state_dict())
     encoder.requires_grad_(not options.freeze_encoder)
@@ -123,4 +159,7 @@ def place(graph, cluster, *, seed: int = 0, options: MarsOptions = MarsOptions()
                              settings, generator)
         return Update(unit_devices, outcomes, figures["entropy"], figures["loss"])
 
-    return train(NAME, graph, cluster, units.unit_of, policy, optimizer, step, options, seed)
+    def clone(targets):      # option init: the log-probability of placing each unit on its warm-start device
+        return policy.evaluate(g, targets.unsqueeze(0)).log_prob.sum()
+
+    return train(NAME, graph, cluster, units.unit_of, policy, optimizer, step, options, seed, clone, starts)

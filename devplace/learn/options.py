@@ -1,5 +1,6 @@
-"""The options every learning placer takes (budget, rollouts, checkpoints, log, reward, warm start), and
-the REINFORCE learners' knobs (``ReinforceOptions``).
+"""The options every learning placer takes (budget, rollouts, checkpoints, log, reward, warm start), the
+schedule orders of the learners that score whole placements (``WholePlacementOptions``), and the
+REINFORCE learners' knobs (``ReinforceOptions``).
 
 Each learner subclasses one of them as its one frozen dataclass of hyper-parameters,
 overriding the defaults its paper (or the authors' public code) gives and saying where each comes
@@ -40,10 +41,27 @@ class LearnerOptions:
                            "it if no sample beats it")
     init_updates: int = option(200, "behaviour-cloning updates of the warm start (teacher forcing, no simulation)")
     init_learning_rate: float = option(0.01, "Adam learning rate while cloning the warm start")
+    init_stop_deviations: float = option(0.0, "if > 0: stop cloning once a sample is expected to differ from the warm "
+                                              "start in at most this many units, so sampling still explores around it "
+                                              "(devplace's variant; 0: all init_updates steps)")
 
 
 @dataclass(frozen=True)
-class ReinforceOptions(LearnerOptions):
+class WholePlacementOptions(LearnerOptions):
+    """The options of the learners whose every sample is a whole placement scored by ``train`` (ColocRL, HP, Mars;
+    not Placeto, which scores each move of an episode)."""
+    schedule_orders: str = option("topological", "schedule orders each placement is simulated in, comma-separated: "
+                                                 "topological (the papers: the runtime's order) and upward-rank; with "
+                                                 "both, each scores the faster, and the placement returned carries it "
+                                                 "(devplace's variant)")
+
+    def orders(self) -> tuple[str, ...]:
+        """Option schedule_orders as a tuple (``PlacementEnv`` refuses unknown ones, naming them)."""
+        return tuple(o.strip() for o in self.schedule_orders.split(",") if o.strip())
+
+
+@dataclass(frozen=True)
+class ReinforceOptions(WholePlacementOptions):
     """The knobs of the REINFORCE learners (ColocRL, HP): their baseline, exploration and devplace's variant."""
     tanh_constant: float = option(1.0, "if > 0: device logits are tanh(x) times this, so no device is ever ruled out")
     lr_decay: float = option(1.0, "multiply the learning rate by this every `lr_decay_every` updates")
@@ -74,10 +92,6 @@ class ReinforceOptions(LearnerOptions):
                                           "the policy (credited as the policy's choice): after cloning a warm start the "
                                           "policy's mass off it follows the neighbours' devices, an artefact of the "
                                           "cloning, not of any reward (devplace's variant)")
-    schedule_orders: str = option("topological", "schedule orders each placement is simulated in, comma-separated: "
-                                                 "topological (the papers: the runtime's order) and upward-rank; with "
-                                                 "both, each scores the faster, and the placement returned carries it "
-                                                 "(devplace's variant)")
     fresh_share: float = option(0.0, "with deviate_from=best: this share of each update's K samples (rounded) is "
                                      "drawn from the policy whole, every decision, as the papers sample, the rest "
                                      "deviate from the best: global exploration beside the local moves (devplace's "

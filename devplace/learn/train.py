@@ -49,7 +49,7 @@ from devplace.learn.env import GIB, PlacementEnv, Reward
 from devplace.learn.features import unit_majority
 from devplace.learn.log import write_log
 from devplace.learn.nets import Sample
-from devplace.learn.options import LearnerOptions, ReinforceOptions, learning_rate_at
+from devplace.learn.options import ReinforceOptions, WholePlacementOptions, learning_rate_at
 from devplace.learn.rollouts import evaluator
 from devplace.placement import Placement, graph_fingerprint
 
@@ -144,27 +144,38 @@ def warm_start(name: str, graph, cluster, init: str, seed: int) -> dict[str, np.
     return {spec: np.asarray(place(graph, cluster, algo=spec, seed=seed).devices, dtype=np.int64) for spec in specs}
 
 
+def fastest_start(starts: dict[str, np.ndarray], whole: PlacementEnv) -> tuple[dict[str, float | None], str | None]:
+    """Each warm-start candidate's step time, simulated once in ``whole`` (the environment over single ops; None:
+    it overflows), and the fastest that fits (None: none fits)."""
+    times = {}
+    for spec, devices in starts.items():
+        result = whole.evaluate(devices[None])
+        times[spec] = None if result.oom[0] else float(result.step_us[0])
+    fitting = {spec: t for spec, t in times.items() if t is not None}
+    return times, min(fitting, key=fitting.get) if fitting else None
+
+
 def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options, seed, deadline: float,
-           whole: PlacementEnv) -> None:
-    """Simulate each warm-start candidate once (``whole``: the environment over single ops), keep the fastest
+           whole: PlacementEnv, starts: dict[str, np.ndarray] | None) -> None:
+    """Simulate each warm-start candidate once (``starts``, or ``warm_start``'s when None), keep the fastest
     that fits, and fit the policy to it by teacher forcing (deterministic: no sampling), stopping early at
     ``deadline`` (``time.perf_counter()``; the time budget covers cloning too)."""
-    for spec, devices in warm_start(name, graph, cluster, options.init, seed).items():
-        result = whole.evaluate(devices[None])
-        step_us, oom = float(result.step_us[0]), bool(result.oom[0])
-        state.samples += 1
-        state.init_candidates[spec] = None if oom else step_us
-        if not oom and (state.init_step_us is None or step_us < state.init_step_us):
-            state.init_step_us, state.init_devices, state.init_source = step_us, devices, spec
-    if state.init_devices is None:
+    starts = warm_start(name, graph, cluster, options.init, seed) if starts is None else starts
+    state.init_candidates, spec = fastest_start(starts, whole)
+    state.samples += len(starts)
+    if spec is None:
         return
+    state.init_step_us, state.init_devices, state.init_source = state.init_candidates[spec], starts[spec], spec
     state.init_units = unit_majority(state.init_devices, unit_of, cluster.n_devices)
     targets = torch.from_numpy(state.init_units)
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.init_learning_rate)
     for _ in range(options.init_updates):
         if time.perf_counter() >= deadline:
             break
-        loss = -clone(targets) / len(targets)
+        log_prob = clone(targets)
+        if 0 < options.init_stop_deviations >= _expected_deviations(float(log_prob.detach()), len(targets)):
+            break       # close enough: a sample still moves a few units away from the warm start
+        loss = -log_prob / len(targets)
         optimizer.zero_grad()
         loss.backward()
         if options.grad_clip > 0:
@@ -173,6 +184,12 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
         state.init_updates_done += 1
     with torch.no_grad():
         state.init_fit = math.exp(float(clone(targets)) / len(targets))
+
+
+def _expected_deviations(log_prob: float, n_units: int) -> float:
+    """Units in which a sample is expected to differ from targets of total log-probability ``log_prob``, taking
+    every decision at the mean per-decision probability (option init_stop_deviations)."""
+    return n_units * (1.0 - math.exp(log_prob / n_units))
 
 
 def centre(state: _State) -> np.ndarray | None:
@@ -319,22 +336,23 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
         state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
         return Update(unit_devices, outcomes, float(drawn.entropy.detach().mean()), float(loss.detach()))
 
-    orders = tuple(o.strip() for o in options.schedule_orders.split(",") if o.strip())
-    return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone, orders)
+    return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone)
 
 
 def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-          step: UpdateStep, options: LearnerOptions, seed: int,
+          step: UpdateStep, options: WholePlacementOptions, seed: int,
           clone: Callable[[torch.Tensor], torch.Tensor] | None = None,
-          orders: tuple[str, ...] = ("topological",)) -> Placement:
-    """The loop every learner shares: fit the warm start if asked (``clone``, option ``init``), then run
+          starts: dict[str, np.ndarray] | None = None) -> Placement:
+    """The loop every learner shares: fit the warm start if asked (``clone``, option ``init``; ``starts``: the
+    candidates' placements when the learner has computed them already, ``warm_start``'s result), then run
     ``step`` until the budget is spent, keeping the best placement that fits, checkpointing, logging and
-    reporting progress; return that placement, in the fastest of the schedule ``orders`` (``PlacementEnv``)."""
+    reporting progress; return that placement, in the fastest of option ``schedule_orders`` (``PlacementEnv``)."""
     if options.samples < 1 or options.samples_per_update < 1:
         raise DevplaceError(f"{name}: options samples and samples_per_update must be at least 1")
     if options.init and clone is None:
         raise DevplaceError(f"{name}: option init is not supported by this learner; leave it empty")
     reward = Reward(options.failing_step_s, options.oom_penalty_s_per_gib)
+    orders = options.orders()
     generator = torch.Generator().manual_seed(seed)
     identity = _identity(name, graph, cluster, seed, options)
     checkpoint = Path(options.checkpoint) if options.checkpoint else None
@@ -355,7 +373,7 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                                  ray_address=options.ray_address, orders=orders) as rollouts:
         if options.init and state.update == 0 and state.samples == 0:
             deadline = math.inf if options.time_budget_s is None else began + options.time_budget_s
-            _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed, deadline, whole)
+            _clone(state, name, graph, cluster, unit_of, policy, clone, options, seed, deadline, whole, starts)
             state.wall_s = time.perf_counter() - began
         while state.samples < options.samples:
             if options.time_budget_s is not None and time.perf_counter() - began >= options.time_budget_s:
