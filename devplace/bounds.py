@@ -21,8 +21,9 @@ latest finish:
 A *unit* is a colocation group, or an op in none. An op may only go where its unit's persistent
 bytes fit, with room for the output and temporaries of each of its ops that takes time there (F3,
 F4), and its *fastest time* is its least time over those devices. An edge's *cut
-cost* is its least transfer time over ordered pairs of distinct devices (F2); an edge inside a unit
-is never cut (F4).
+cost* is its least transfer time over ordered pairs of distinct devices that its producer's and
+its consumer's units may use (F2, F3); an edge inside a unit, or between units that may only share
+one device, is never cut (F4; cut cost inf).
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
@@ -59,7 +60,7 @@ class Relaxation:
     allowed: np.ndarray        # n_units x n_devices: the unit fits there on its own (F3)
     footprint: np.ndarray      # n_ops x n_devices: output + temporary bytes while it runs there (F3)
     fastest_us: np.ndarray     # per op: least time over the devices its unit is allowed on
-    cut_us: np.ndarray         # per edge: least transfer time across devices; inf inside a unit
+    cut_us: np.ndarray         # per edge: least transfer time across devices its ends may use; inf if never cut
     forced_cut: np.ndarray     # per edge: its two units fit on no device together, so it is always cut
 
 
@@ -88,8 +89,8 @@ def relaxation(graph, cluster) -> Relaxation:
             f"no placement fits; use larger devices"
         )
     fastest_us = np.where(allowed[unit], time_us, np.inf).min(axis=1)
-    cut_us = _cheapest_transfer_us(graph, cluster)
     src_unit, dst_unit = unit[graph.edge_src], unit[graph.edge_dst]
+    cut_us = _cheapest_transfer_us(graph, cluster, allowed[src_unit], allowed[dst_unit])
     cut_us[src_unit == dst_unit] = np.inf
     together = (unit_bytes[src_unit] + unit_bytes[dst_unit])[:, None] <= capacity[None, :]
     together &= allowed[src_unit] & allowed[dst_unit]
@@ -97,20 +98,28 @@ def relaxation(graph, cluster) -> Relaxation:
     return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut)
 
 
-def _cheapest_transfer_us(graph, cluster) -> np.ndarray:
-    """Per edge, the least time its transfer takes between two distinct devices (F2): its fixed
-    time, else the least latency + bytes / bandwidth over links, 0 for a zero-byte edge; inf on a
-    one-device cluster, where nothing is ever sent."""
+def _cheapest_transfer_us(graph, cluster, may_src: np.ndarray, may_dst: np.ndarray) -> np.ndarray:
+    """Per edge, the least time its transfer takes from a device its producer may use to another
+    its consumer may use (F2, F3; ``may_*``: n_edges x n_devices): its fixed time, else the least
+    latency + bytes / bandwidth over those links, 0 for a zero-byte edge; inf where no such pair
+    exists (a one-device cluster, or both ends allowed on one same device only: never cut)."""
     d = cluster.n_devices
-    if d == 1:
-        return np.full(graph.n_edges, np.inf)
+    cost = np.full(graph.n_edges, np.inf)
     off = ~np.eye(d, dtype=bool)
-    latency = cluster.latency_us[off]
-    us_per_byte = 1.0 / cluster.bandwidth_bytes_per_us[off]
+    us_per_byte = 1.0 / cluster.bandwidth_bytes_per_us
     nbytes = graph.edge_bytes
-    linked = (latency[None, :] + nbytes[:, None] * us_per_byte[None, :]).min(axis=1) if len(nbytes) else nbytes
-    cost = np.where(nbytes > 0, linked, 0.0)
-    return np.where(np.isnan(graph.edge_fixed_us), cost, graph.edge_fixed_us)
+    # edges grouped by which devices their two ends may use: few distinct pairs of rows
+    rows, group = np.unique(np.concatenate([may_src, may_dst], axis=1), axis=0, return_inverse=True)
+    for g, row in enumerate(rows):
+        pairs = row[:d, None] & row[None, d:] & off
+        if not pairs.any():
+            continue
+        edges = np.flatnonzero(np.ravel(group) == g)
+        linked = (cluster.latency_us[pairs][None, :] + nbytes[edges, None] * us_per_byte[pairs][None, :]).min(axis=1)
+        cost[edges] = np.where(nbytes[edges] > 0, linked, 0.0)
+        fixed = graph.edge_fixed_us[edges]
+        cost[edges] = np.where(np.isnan(fixed), cost[edges], fixed)
+    return cost
 
 
 def critical_path_us(graph, rel: Relaxation) -> float:
@@ -537,7 +546,8 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     dst_col = column[rel.unit[graph.edge_dst[path_edges]]]
     joinable = ~rel.forced_cut[path_edges] & (src_col != dst_col)
     cost = rel.cut_us[path_edges]
-    candidates = np.unique(np.concatenate([[0.0], cost[joinable]]))
+    cuttable = joinable & np.isfinite(cost)         # inf: its two ends may only share a device
+    candidates = np.unique(np.concatenate([[0.0], cost[cuttable]]))
     held = fixed.sum() + ends[2].sum()
     if np.any(rel.allowed[path_units].all(axis=0) & (held <= cluster.memory_bytes)):
         return base_us          # all of it fits one device: no cut is forced (fits(0), k = 1)
@@ -557,7 +567,7 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
             infeasible = middle
     visited = int(np.searchsorted(np.cumsum(np.sort(cluster.memory_bytes)[::-1]), held * (1 - 1e-12))) + 1
     others = visited - 1 - int(rel.forced_cut[path_edges].sum())     # joinable cuts the visits need
-    cheapest = np.cumsum(np.concatenate([[0.0], np.sort(cost[joinable])]))
+    cheapest = np.cumsum(np.concatenate([[0.0], np.sort(cost[cuttable])]))
     return base_us + float(max(candidates[fitting] + cheapest[min(max(others - 1, 0), len(cheapest) - 1)],
                                cheapest[min(max(others, 0), len(cheapest) - 1)]))
 

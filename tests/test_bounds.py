@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import devplace as dp
-from devplace.bounds import BOUND_NAMES, lower_bounds
+from devplace.bounds import BOUND_NAMES, lower_bounds, relaxation
 from devplace.cluster import Cluster, Device, uniform_cluster, uniform_links
 from devplace.errors import OutOfMemoryError
 from devplace.graph import GraphBuilder
@@ -383,3 +383,23 @@ def test_a_fork_to_short_ops_pays_the_least_of_running_them_in_turn_and_a_transf
     bounds = lower_bounds(graph, cluster)
     assert bounds["critical_path_us"] == 15.0
     assert bounds["comm_path_us"] == 5.0 + 25.0 == brute_force(graph, cluster)
+
+
+def test_a_cut_costs_the_cheapest_link_between_devices_its_two_ends_may_use():
+    """a (5 MiB of weights) fits only on device 2, whose links cost 100 us; devices 0 and 1 share a
+    1 us link. a forks to two 10 us ops: sending to either costs 100.1 us, not the 1.1 us of the
+    cheap link a can never use, so both run after a on device 2: 30 us, the brute-force optimum."""
+    b = GraphBuilder(["gpu"])
+    b.add_op("a", compute_us=10.0, persistent_bytes=5 * MIB)
+    for name in ("b", "c"):
+        b.add_op(name, compute_us=10.0)
+        b.add_edge("a", name, bytes=1e3)
+    latency = np.full((3, 3), 100.0)
+    latency[0, 1] = latency[1, 0] = 1.0
+    np.fill_diagonal(latency, 0.0)
+    cluster = Cluster("uneven", [Device("d0", "gpu", MIB), Device("d1", "gpu", MIB), Device("d2", "gpu", 10 * MIB)],
+                      "parallel", latency, np.full((3, 3), 1e4))
+    graph = b.build()
+    assert relaxation(graph, cluster).cut_us == pytest.approx([100.1, 100.1])
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["comm_path_us"] == pytest.approx(30.0) and brute_force(graph, cluster) == 30.0
