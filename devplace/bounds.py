@@ -154,7 +154,7 @@ def comm_windows(graph, rel: Relaxation):
 
     head_j is 0 for a source; otherwise, with each predecessor i's *remote arrival*
     a_i = head_i + p_i + c_i (p: fastest time incl. op gap; c_i: the largest ``cut_us`` of i's edges
-    to j, inf when i shares j's unit or only one device exists), and for a set K of predecessors
+    to j; inf when such an edge is never cut, ``Relaxation.cut_us``), and for a set K of predecessors
     the one-machine bound L(K) = max over i in K of (head_i + sum of p_k over k in K with
     head_k >= head_i), head_j is the least over K of max(a_i over i not in K, L(K)), at least the
     a_i of every always-cut edge (``forced_cut``; then i is never in K). The least is reached at a
@@ -162,7 +162,8 @@ def comm_windows(graph, rel: Relaxation):
     L(K) reaches the next a. tail_j is the same on the reversed graph (successors, tails for heads).
 
     Proof, by induction in topological order. Take a valid placement and priority, j on device d,
-    K its predecessors on d (every one of j's unit among them, F4; no always-cut one, F3). Each
+    K its predecessors on d (among them every i whose edge is never cut: of j's unit, F4, or of a
+    unit that may only share one device with j's, F3; no always-cut one, F3). Each
     i in K starts no earlier than head_i, runs at least p_i (F1, F3) on d one op at a time, and
     finishes before j starts (j waits for its inputs; on one device an input arrives when its
     producer finishes): as on one machine with release dates, the last of them to finish, among
