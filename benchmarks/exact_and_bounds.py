@@ -83,7 +83,7 @@ def zoo(name: str, time_limit_s: float) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| graph (devices x MiB) | ops | critical path / work / interval work / memory path / cut threshold / turn path "
+    lines = ["| graph (devices x MiB) | ops | critical path / comm path / work / interval work / memory path / cut threshold / turn path "
              "bound (ms), s "
              "| sim-search (ms), rounds | exact: incumbent / MIP bound (ms), status, solve s | certified bound (ms) "
              "| best (ms) | gap |",
@@ -94,7 +94,7 @@ def markdown(rows: list[dict]) -> str:
                                        f"{e['solve_s']:.0f}")
         lines.append(
             f"| {r['graph']} ({r['devices']} x {r['memory_mib']:,.0f}) | {r['ops']:,} "
-            f"| {b['critical_path_us']:.3f} / {b['work_us']:.3f} / {b.get('interval_work_us', float('nan')):.3f} / "
+            f"| {b['critical_path_us']:.3f} / {b.get('comm_path_us', float('nan')):.3f} / {b['work_us']:.3f} / {b.get('interval_work_us', float('nan')):.3f} / "
             f"{b['memory_path_us']:.3f} / {b['cut_threshold_us']:.3f} / {b.get('turn_path_us', float('nan')):.3f}, "
             f"{r['bounds_s']:.1f} | {r['sim_search_ms']:.3f}, {r['sim_search_rounds']} | {exact} "
             f"| {r['certified_bound_ms']:.3f} | {r['best_ms']:.3f} | {100 * r['gap']:.1f}% |")

@@ -21,8 +21,9 @@ latest finish:
 A *unit* is a colocation group, or an op in none. An op may only go where its unit's persistent
 bytes fit, with room for the output and temporaries of each of its ops that takes time there (F3,
 F4), and its *fastest time* is its least time over those devices. An edge's *cut
-cost* is its least transfer time over ordered pairs of distinct devices (F2); an edge inside a unit
-is never cut (F4).
+cost* is its least transfer time over ordered pairs of distinct devices that its producer's and
+its consumer's units may use (F2, F3); an edge inside a unit, or between units that may only share
+one device, is never cut (F4; cut cost inf).
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
@@ -42,10 +43,10 @@ from scipy.sparse import csgraph
 
 from devplace.errors import OutOfMemoryError
 from devplace.placers._highs import highs_solver
-from devplace.placers._listsched import bottom_levels, op_times_us
+from devplace.placers._listsched import op_times_us
 from devplace.transforms.coplacement import join_pairs
 
-BOUND_NAMES = ("critical_path_us", "work_us", "largest_group_us", "interval_work_us", "memory_path_us",
+BOUND_NAMES = ("critical_path_us", "comm_path_us", "work_us", "largest_group_us", "interval_work_us", "memory_path_us",
                "cut_threshold_us", "turn_path_us")
 
 
@@ -59,7 +60,7 @@ class Relaxation:
     allowed: np.ndarray        # n_units x n_devices: the unit fits there on its own (F3)
     footprint: np.ndarray      # n_ops x n_devices: output + temporary bytes while it runs there (F3)
     fastest_us: np.ndarray     # per op: least time over the devices its unit is allowed on
-    cut_us: np.ndarray         # per edge: least transfer time across devices; inf inside a unit
+    cut_us: np.ndarray         # per edge: least transfer time across devices its ends may use; inf if never cut
     forced_cut: np.ndarray     # per edge: its two units fit on no device together, so it is always cut
 
 
@@ -88,8 +89,8 @@ def relaxation(graph, cluster) -> Relaxation:
             f"no placement fits; use larger devices"
         )
     fastest_us = np.where(allowed[unit], time_us, np.inf).min(axis=1)
-    cut_us = _cheapest_transfer_us(graph, cluster)
     src_unit, dst_unit = unit[graph.edge_src], unit[graph.edge_dst]
+    cut_us = _cheapest_transfer_us(graph, cluster, allowed[src_unit], allowed[dst_unit])
     cut_us[src_unit == dst_unit] = np.inf
     together = (unit_bytes[src_unit] + unit_bytes[dst_unit])[:, None] <= capacity[None, :]
     together &= allowed[src_unit] & allowed[dst_unit]
@@ -97,20 +98,28 @@ def relaxation(graph, cluster) -> Relaxation:
     return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut)
 
 
-def _cheapest_transfer_us(graph, cluster) -> np.ndarray:
-    """Per edge, the least time its transfer takes between two distinct devices (F2): its fixed
-    time, else the least latency + bytes / bandwidth over links, 0 for a zero-byte edge; inf on a
-    one-device cluster, where nothing is ever sent."""
+def _cheapest_transfer_us(graph, cluster, may_src: np.ndarray, may_dst: np.ndarray) -> np.ndarray:
+    """Per edge, the least time its transfer takes from a device its producer may use to another
+    its consumer may use (F2, F3; ``may_*``: n_edges x n_devices): its fixed time, else the least
+    latency + bytes / bandwidth over those links, 0 for a zero-byte edge; inf where no such pair
+    exists (a one-device cluster, or both ends allowed on one same device only: never cut)."""
     d = cluster.n_devices
-    if d == 1:
-        return np.full(graph.n_edges, np.inf)
+    cost = np.full(graph.n_edges, np.inf)
     off = ~np.eye(d, dtype=bool)
-    latency = cluster.latency_us[off]
-    us_per_byte = 1.0 / cluster.bandwidth_bytes_per_us[off]
+    us_per_byte = 1.0 / cluster.bandwidth_bytes_per_us
     nbytes = graph.edge_bytes
-    linked = (latency[None, :] + nbytes[:, None] * us_per_byte[None, :]).min(axis=1) if len(nbytes) else nbytes
-    cost = np.where(nbytes > 0, linked, 0.0)
-    return np.where(np.isnan(graph.edge_fixed_us), cost, graph.edge_fixed_us)
+    # edges grouped by which devices their two ends may use: few distinct pairs of rows
+    rows, group = np.unique(np.concatenate([may_src, may_dst], axis=1), axis=0, return_inverse=True)
+    for g, row in enumerate(rows):
+        pairs = row[:d, None] & row[None, d:] & off
+        if not pairs.any():
+            continue
+        edges = np.flatnonzero(np.ravel(group) == g)
+        linked = (cluster.latency_us[pairs][None, :] + nbytes[edges, None] * us_per_byte[pairs][None, :]).min(axis=1)
+        cost[edges] = np.where(nbytes[edges] > 0, linked, 0.0)
+        fixed = graph.edge_fixed_us[edges]
+        cost[edges] = np.where(np.isnan(fixed), cost[edges], fixed)
+    return cost
 
 
 def critical_path_us(graph, rel: Relaxation) -> float:
@@ -121,6 +130,119 @@ def critical_path_us(graph, rel: Relaxation) -> float:
     units fit on no device together is cut in every valid placement (F3, F4)."""
     edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
     return float(_longest_paths(graph, rel.fastest_us, edge_us)[0].max(initial=0.0))
+
+
+def comm_path_us(graph, rel: Relaxation) -> float:
+    """The longest path once joins and forks pay for running their neighbours side by side: the
+    largest, over ops j, of head_j + p_j + tail_j (``comm_windows``).
+
+    This is the classic bound for scheduling with communication delays on unboundedly many
+    processors without duplication (Chrétienne & Picouleau, "Scheduling with communication delays:
+    a survey", 1995; Colin & Chrétienne, "C.P.M. scheduling with small communication delays and
+    task duplication", 1991), with the one-machine bound of the predecessors kept local.
+
+    Proof: ``comm_windows`` proves head_j <= start(j) and tail_j <= step - finish(j) in every
+    valid placement and priority, and j runs at least p_j (F1, F3) in between."""
+    start_us, after_us = comm_windows(graph, rel)
+    return float((start_us + rel.fastest_us + after_us).max(initial=0.0))
+
+
+def comm_windows(graph, rel: Relaxation):
+    """Per op j, (head_j, tail_j): a least start time, and a least time from its finish to the
+    step's end, where a predecessor (successor) that does not share j's device pays its cheapest
+    transfer, and those that share it run one at a time.
+
+    head_j is 0 for a source; otherwise, with each predecessor i's *remote arrival*
+    a_i = head_i + p_i + c_i (p: fastest time incl. op gap; c_i: the largest ``cut_us`` of i's edges
+    to j; inf when such an edge is never cut, ``Relaxation.cut_us``), and for a set K of predecessors
+    the one-machine bound L(K) = max over i in K of (head_i + sum of p_k over k in K with
+    head_k >= head_i), head_j is the least over K of max(a_i over i not in K, L(K)), at least the
+    a_i of every always-cut edge (``forced_cut``; then i is never in K). The least is reached at a
+    K made of the predecessors of largest a: a sweep adds them in decreasing a and stops once
+    L(K) reaches the next a. tail_j is the same on the reversed graph (successors, tails for heads).
+
+    Proof, by induction in topological order. Take a valid placement and priority, j on device d,
+    K its predecessors on d (among them every i whose edge is never cut: of j's unit, F4, or of a
+    unit that may only share one device with j's, F3; no always-cut one, F3). Each
+    i in K starts no earlier than head_i, runs at least p_i (F1, F3) on d one op at a time, and
+    finishes before j starts (j waits for its inputs; on one device an input arrives when its
+    producer finishes): as on one machine with release dates, the last of them to finish, among
+    those with head_k >= head_i, finishes no earlier than head_i + the sum of their p_k, so
+    start(j) >= L(K). Each i not in K is on another device: j's input from it arrives no earlier
+    than its finish, at least head_i + p_i, plus its transfer to d, which lasts as long as its
+    longest edge to d on that link, at least c_i (F2; channel queues and message overheads only
+    delay). So start(j) >= max(a_i over i not in K, L(K)) >= head_j. For any K, the prefix K' of
+    the sweep holding every i with a_i above K's largest remote arrival is inside K, so
+    L(K') <= L(K) and the sweep's value there is at most K's; once L(K) reaches the next a, adding
+    more only raises L. Tails: reversed, a successor on d starts after finish(j) and runs one at a
+    time with j's other successors there; one elsewhere starts at least c later; each runs at least
+    p and leaves at least its tail after it finishes."""
+    p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
+    cut = np.ascontiguousarray(rel.cut_us, dtype=np.float64)
+    head = _comm_levels_kernel(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, p, cut,
+                               rel.forced_cut)
+    tail = _comm_levels_kernel(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
+                               p, cut, rel.forced_cut)
+    return head, tail
+
+
+@njit(cache=True)
+def _comm_levels_kernel(order, adj_ptr, adj_edge, edge_other, time_us, cut_us, forced_cut):
+    """``comm_windows``' heads (neighbours: predecessors, in topological order) or tails
+    (successors, in reverse order)."""
+    n = time_us.shape[0]
+    level = np.zeros(n)
+    stamp = np.full(n, -1, np.int64)     # stamp[u] == v: u is already in v's list, at slot[u]
+    slot = np.zeros(n, np.int64)
+    width = 1
+    for v in range(n):
+        width = max(width, adj_ptr[v + 1] - adj_ptr[v])
+    arrival, release, length = np.empty(width), np.empty(width), np.empty(width)
+    forced = np.zeros(width, np.bool_)
+    kept_release, kept_length, kept_term = np.empty(width), np.empty(width), np.empty(width)
+    for v in order:
+        m = 0
+        for k in range(adj_ptr[v], adj_ptr[v + 1]):
+            e = adj_edge[k]
+            u = edge_other[e]
+            a = level[u] + time_us[u] + cut_us[e]
+            if stamp[u] == v:
+                i = slot[u]
+                arrival[i] = max(arrival[i], a)
+                forced[i] = forced[i] or forced_cut[e]
+            else:
+                stamp[u] = v
+                slot[u] = m
+                arrival[m], release[m], length[m], forced[m] = a, level[u], time_us[u], forced_cut[e]
+                m += 1
+        floor = 0.0
+        c = 0
+        for i in range(m):
+            if forced[i]:
+                floor = max(floor, arrival[i])
+            else:
+                arrival[c], release[c], length[c] = arrival[i], release[i], length[i]
+                c += 1
+        ranked = np.argsort(-arrival[:c])
+        best = np.inf
+        kept = 0.0                     # L(K) of the first t of ``ranked``
+        for t in range(c + 1):
+            following = arrival[ranked[t]] if t < c else 0.0
+            best = min(best, max(floor, following, kept))
+            if t == c or kept >= following:
+                break
+            x = ranked[t]
+            term = release[x] + length[x]
+            for s in range(t):
+                if kept_release[s] <= release[x]:
+                    kept_term[s] += length[x]
+                    kept = max(kept, kept_term[s])
+                if kept_release[s] >= release[x]:
+                    term += kept_length[s]
+            kept_release[t], kept_length[t], kept_term[t] = release[x], length[x], term
+            kept = max(kept, term)
+        level[v] = best
+    return level
 
 
 def work_us(rel: Relaxation) -> float:
@@ -172,9 +294,9 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
     small. It combines the critical path and work / devices: on graphs where the two are close, no
     schedule reaches either.
 
-    Let p_j be op j's fastest time, r_j the longest path ending just before it (its *head*) and q_j
-    the longest path starting just after it (its *tail*): ops at their fastest times, always-cut
-    edges at their cut cost (as ``critical_path_us``). For C, j's window is [r_j, C - q_j]; its
+    Let p_j be op j's fastest time, r_j its least start and q_j its least time from finish to the
+    step's end (its *head* and *tail* of ``comm_windows``: longest paths where joins and forks pay
+    for running their neighbours side by side). For C, j's window is [r_j, C - q_j]; its
     least overlap with [t1, t2], when it runs p_j inside its window, is
     max(0, min(t2 - t1, p_j, r_j + p_j - t1, t2 - (C - q_j) + p_j)). C *fails* an interval when the
     least overlaps add up to more than m (t2 - t1), m the number of devices. Intervals checked: t1
@@ -192,26 +314,23 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
     message overheads are device time spent between ops, so they only take time from the devices.
     Take a valid placement and priority with step time T <= C. Op j on device d runs from s_j to
     s_j + P_j, P_j its time on d plus the op gap (F1), at least p_j (d is a device its unit may go
-    on, F3, F4). s_j >= r_j: along the longest path ending with j each op starts no earlier than its
-    predecessor's finish, plus the transfer when the edge is cut, at least its cut cost on an
-    always-cut edge (F2); likewise the ops after j finish no earlier than s_j + P_j + q_j <= T <= C.
+    on, F3, F4). s_j >= r_j and the step ends no earlier than s_j + P_j + q_j, so T <= C gives
+    s_j + P_j + q_j <= C (``comm_windows`` proves both bounds for every placement and priority).
     So j runs inside [r_j, C - q_j], and its overlap with [t1, t2] is
     min(t2 - t1, P_j, s_j + P_j - t1, t2 - s_j) >= min(t2 - t1, P_j, r_j + P_j - t1, t2 - (C - q_j) + P_j)
     (when positive), every term nondecreasing in P_j >= p_j: at least j's least overlap. Devices run
     one op at a time, so the overlaps add up to at most m (t2 - t1). A C that fails an interval
-    therefore has T > C for every valid placement and priority; the bound is such a C (or the
-    critical path, where the bisection starts). Zero-time ops overlap nothing and are left out.
+    therefore has T > C for every valid placement and priority; the bound is such a C (or
+    ``comm_path_us``, where the bisection starts). Zero-time ops overlap nothing and are left out.
     Which intervals are checked only decides how high the bound gets, never its validity."""
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
-    edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
-    head = _longest_paths(graph, p, edge_us)[0]
-    tail = bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ_edge, graph.edge_dst, p, edge_us)
-    lo = float(head.max(initial=0.0))       # the critical path
+    start_us, after_us = comm_windows(graph, rel)
+    lo = float((start_us + p + after_us).max(initial=0.0))       # ``comm_path_us``
     timed = p > 0
     if not timed.any():
         return lo
     p = p[timed]
-    r, q = np.maximum(head[timed] - p, 0.0), np.maximum(tail[timed] - p, 0.0)
+    r, q = start_us[timed], after_us[timed]
     m = float(cluster.n_devices)
     # a family: its ops' windows as (x + alpha C, C beta - y) and its fixed left ends. Mirrored
     # (time -> -time) a fixed t2 is a fixed t1; reversed (time -> C - time) heads and tails swap.
@@ -333,9 +452,9 @@ def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
     """Either some costly edge is cut, or the edges cheaper to keep than that bind ops into
     clusters, each run whole on one device: the larger the transfers, the closer to one device.
 
-    An edge u -> v's *through time* is the longest path ending with u, plus the edge's cut cost,
-    plus the longest path starting with v (ops at their fastest times, always-cut edges at their
-    cut cost, as in ``critical_path_us``; inf inside a unit). For a threshold t, the *t-clusters*
+    An edge u -> v's *through time* is u's least finish, plus the edge's cut cost, plus v's least
+    time from its start to the step's end (``comm_windows``: head_u + p_u and p_v + tail_v; inf
+    inside a unit). For a threshold t, the *t-clusters*
     are the units joined by the edges of through time above t, and *largest(t)* is the largest,
     over t-clusters, of its least total time on a device that can hold it (its units' persistent
     bytes plus any one op's output and temporaries; inf if none can). The bound is the least, over
@@ -343,19 +462,17 @@ def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
     decreasing through time to a union-find.
 
     Proof: take a valid placement and let t be the largest through time of an edge it cuts (0 if
-    it cuts none). For a cut edge u -> v, u finishes no earlier than the longest path ending with
-    it, v starts no earlier than that plus the edge's transfer (F2), and the longest path from v
-    runs after (F1, F2): the step is at least t. No edge of through time above t is cut, so each
+    it cuts none). For a cut edge u -> v, u finishes no earlier than head_u + p_u, v starts no
+    earlier than that plus the edge's transfer (F2), and the step ends no earlier than v's start
+    plus p_v + tail_v (``comm_windows``): the step is at least t. No edge of through time above t is cut, so each
     t-cluster sits on one device (units already do, F4); that device holds the cluster's
     persistent bytes and, when each op starts, its output and temporaries (F3), and runs its ops
     one at a time (F1): the step is at least largest(t)."""
     if graph.n_ops == 0:
         return 0.0
-    edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
-    head = _longest_paths(graph, rel.fastest_us, edge_us)[0]
-    tail = bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ_edge, graph.edge_dst,
-                         np.ascontiguousarray(rel.fastest_us, dtype=np.float64), edge_us)
-    through = head[graph.edge_src] + rel.cut_us + tail[graph.edge_dst]    # inf inside a unit
+    start_us, after_us = comm_windows(graph, rel)
+    finish_us, remaining_us = start_us + rel.fastest_us, rel.fastest_us + after_us
+    through = finish_us[graph.edge_src] + rel.cut_us + remaining_us[graph.edge_dst]    # inf inside a unit
     n_units, n_dev = rel.allowed.shape
     unit_time = np.zeros((n_units, n_dev))
     np.add.at(unit_time, rel.unit, rel.op_time_us)
@@ -430,7 +547,8 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     dst_col = column[rel.unit[graph.edge_dst[path_edges]]]
     joinable = ~rel.forced_cut[path_edges] & (src_col != dst_col)
     cost = rel.cut_us[path_edges]
-    candidates = np.unique(np.concatenate([[0.0], cost[joinable]]))
+    cuttable = joinable & np.isfinite(cost)         # inf: its two ends may only share a device
+    candidates = np.unique(np.concatenate([[0.0], cost[cuttable]]))
     held = fixed.sum() + ends[2].sum()
     if np.any(rel.allowed[path_units].all(axis=0) & (held <= cluster.memory_bytes)):
         return base_us          # all of it fits one device: no cut is forced (fits(0), k = 1)
@@ -450,7 +568,7 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
             infeasible = middle
     visited = int(np.searchsorted(np.cumsum(np.sort(cluster.memory_bytes)[::-1]), held * (1 - 1e-12))) + 1
     others = visited - 1 - int(rel.forced_cut[path_edges].sum())     # joinable cuts the visits need
-    cheapest = np.cumsum(np.concatenate([[0.0], np.sort(cost[joinable])]))
+    cheapest = np.cumsum(np.concatenate([[0.0], np.sort(cost[cuttable])]))
     return base_us + float(max(candidates[fitting] + cheapest[min(max(others - 1, 0), len(cheapest) - 1)],
                                cheapest[min(max(others, 0), len(cheapest) - 1)]))
 
@@ -675,6 +793,7 @@ def lower_bounds(graph, cluster) -> dict:
     rel = relaxation(graph, cluster)
     bounds = {
         "critical_path_us": critical_path_us(graph, rel),
+        "comm_path_us": comm_path_us(graph, rel),
         "work_us": work_us(rel),
         "largest_group_us": largest_group_us(rel),
         "interval_work_us": interval_work_us(graph, cluster, rel),
