@@ -582,3 +582,44 @@ def test_uniform_devices_draw_a_moved_unit_s_device_evenly():
     assert 0.4 < (even.actions == 2).float().mean() < 0.6 and (even.actions == 0).sum() == 0
     log_p = torch.log_softmax(logits[0, 0], -1)
     assert torch.allclose(even.log_prob, log_p[even.actions[:, 0]])
+
+
+def order_matters() -> tuple[dp.OpGraph, np.ndarray, np.ndarray]:
+    """Six ops on two devices with 100 us links, and two placements one op apart: ``start`` (750 us in its own
+    orders) and ``moved`` (o5 to device 1), 650 us in ``start``'s upward-rank order, while no placement of the
+    graph is faster than 700 us in its own topological or upward-rank order (brute-forced below)."""
+    b = GraphBuilder(["gpu"])
+    for i, compute_us in enumerate((300.0, 50.0, 300.0, 300.0, 300.0, 50.0)):
+        b.add_op(f"o{i}", compute_us={"gpu": compute_us})
+    for src, dst in ((0, 3), (0, 5), (1, 4), (2, 4), (2, 5), (4, 5)):
+        b.add_edge(f"o{src}", f"o{dst}", bytes=8.0)
+    return b.build(), np.array([0, 0, 1, 0, 1, 0]), np.array([0, 0, 1, 0, 1, 1])
+
+
+def test_carried_order_scores_a_placement_in_the_best_placements_order(monkeypatch):
+    """Option carry_order: the environment also scores a placement in a carried priority, and a learner carries
+    its best placement's order to the next samples, as sim-search does: from ``start`` it reaches 650 us, below
+    the 700 us no placement reaches in its own orders; without the option it cannot."""
+    import itertools
+
+    g, start, moved = order_matters()
+    cluster = uniform_cluster(2, latency_us=100.0)
+    env = PlacementEnv(g, cluster, np.arange(g.n_ops), ("topological", "upward-rank"))
+    own_us = min(env.evaluate(np.array(p)[None]).step_us[0] for p in itertools.product([0, 1], repeat=g.n_ops))
+    carried = env.order_of(start)
+    assert own_us == pytest.approx(700.0, abs=1.0) and env.evaluate(start[None]).step_us[0] > own_us
+    assert env.evaluate(moved[None], carried).step_us[0] == pytest.approx(650.0, abs=1.0)
+    assert env.evaluate(moved[None], carried).step_us[0] == dp.simulate(
+        g, cluster, dp.Placement(devices=moved, priority=env.order_of(moved, carried))).step_time_us
+    with evaluator(g, cluster, np.arange(g.n_ops), workers=2, orders=env.orders) as workers:
+        assert workers.evaluate(moved[None], carried).step_us.tolist() == env.evaluate(moved[None], carried).step_us.tolist()
+    monkeypatch.setattr("devplace.learn.train.warm_start", lambda *args: {"expert": start})   # the warm start: start
+
+    def learned_us(carry: bool) -> float:
+        placed = dp.place(g, cluster, algo="colocrl", seed=0, samples=48, init="expert", init_updates=20,
+                          deviations=1.0, deviate_from="best", single_consumer=False, carry_order=carry,
+                          schedule_orders="topological,upward-rank", **FAST)
+        assert dp.simulate(g, cluster, placed).step_time_us == placed.options["step_us"]   # it returns its order
+        return placed.options["step_us"]
+
+    assert learned_us(carry=True) < own_us - 10 <= learned_us(carry=False) - 10

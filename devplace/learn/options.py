@@ -54,6 +54,10 @@ class WholePlacementOptions(LearnerOptions):
                                                  "topological (the papers: the runtime's order) and upward-rank; with "
                                                  "both, each scores the faster, and the placement returned carries it "
                                                  "(devplace's variant)")
+    carry_order: bool = option(False, "each placement is also simulated in the order of the best placement so far "
+                                      "(its priority, carried as sim-search carries its order from move to move), "
+                                      "replaced when a new best is faster in its own schedule_orders (devplace's "
+                                      "variant; the papers leave the order to the runtime)")
 
     def orders(self) -> tuple[str, ...]:
         """Option schedule_orders as a tuple (``PlacementEnv`` refuses unknown ones, naming them)."""

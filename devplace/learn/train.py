@@ -21,7 +21,9 @@ REINFORCE starts, as GDP and DOPPLER start from a heuristic; the learner returns
 itself, and says so, if none of its samples beats it. With ``deviate_from=best`` the samples are the
 best placement so far with a few groups moved (``explore_around``), a policy-guided local search;
 ``fresh_share`` of each batch is then drawn from the policy whole, as the papers sample, so the search
-can leave the best's basin when the policy has learned a better one.
+can leave the best's basin when the policy has learned a better one. With ``carry_order`` every sample
+is also simulated in the best placement's order (``PlacementEnv``'s ``carried``): the warm start's
+own order at first, then the order each new best was fastest in, as sim-search carries its order.
 
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
@@ -96,6 +98,7 @@ class _State:
     init_updates_done: int = 0                # cloning steps taken (fewer than init_updates if the time budget ran out)
     init_source: str | None = None            # the placer whose placement is the warm start (the fastest of option init)
     init_candidates: dict = dataclasses.field(default_factory=dict)   # each init placer's step time (None: overflows)
+    carried: np.ndarray | None = None         # option carry_order: the best placement's priority (None: topological)
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -167,6 +170,8 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
         return
     state.init_step_us, state.init_devices, state.init_source = state.init_candidates[spec], starts[spec], spec
     state.init_units = unit_majority(state.init_devices, unit_of, cluster.n_devices)
+    if options.carry_order:
+        state.carried = whole.order_of(state.init_devices)
     targets = torch.from_numpy(state.init_units)
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.init_learning_rate)
     for _ in range(options.init_updates):
@@ -266,6 +271,17 @@ def layer_labels(graph, unit_of: np.ndarray) -> np.ndarray:
     layer = np.empty(n_units, dtype=np.int64)
     layer[unit_of] = leader_units(graph, closed=True).unit_of    # a closed leader unit is a union of colocation units
     return layer
+
+
+class _Carrying:
+    """The evaluator, each placement also simulated in the run's carried order (option carry_order; without
+    it ``state.carried`` stays None and nothing changes)."""
+
+    def __init__(self, rollouts, state: _State):
+        self.rollouts, self.state = rollouts, state
+
+    def evaluate(self, unit_devices: np.ndarray):
+        return self.rollouts.evaluate(unit_devices, self.state.carried)
 
 
 @dataclasses.dataclass
@@ -380,8 +396,10 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                 stopped_by = "time"
                 break
             k = min(options.samples_per_update, options.samples - state.samples)
-            done = step(k, generator, state, rollouts, reward)
-            _keep_best(state, done.unit_devices, done.outcomes)
+            done = step(k, generator, state, _Carrying(rollouts, state), reward)
+            if _keep_best(state, done.unit_devices, done.outcomes) and options.carry_order and (
+                    state.init_step_us is None or state.best_step_us < state.init_step_us):
+                state.carried = whole.order_of(state.best_units[unit_of], state.carried)
             state.update += 1
             state.samples += k
             state.wall_s = time.perf_counter() - began
@@ -408,18 +426,22 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                     "init_step_us": state.init_step_us, "init_fit": state.init_fit,
                     "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
-    return Placement(devices=devices, priority=whole.order_of(devices), options=figures)
+    return Placement(devices=devices, priority=whole.order_of(devices, state.carried), options=figures)
 
 
-def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> None:
+def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> bool:
+    """Keep the fastest fitting sample if it beats the best so far (True then), and the least overflow."""
+    improved = False
     fits = np.flatnonzero(~outcomes.oom)
     if len(fits):
         i = int(fits[np.argmin(outcomes.step_us[fits])])
         if outcomes.step_us[i] < state.best_step_us:
             state.best_step_us, state.best_units = float(outcomes.step_us[i]), unit_devices[i].copy()
+            improved = True
     i = int(np.argmin(outcomes.over_bytes))
     if outcomes.over_bytes[i] < state.least_over_bytes:
         state.least_over_bytes, state.least_peak_bytes = float(outcomes.over_bytes[i]), outcomes.peak_memory_bytes[i]
+    return improved
 
 
 def _nothing_fits(name: str, cluster, state: _State) -> OutOfMemoryError:
