@@ -413,8 +413,8 @@ def test_deviating_from_the_best_so_far_moves_around_it_not_the_greedy_decode(mo
     start_us = dp.simulate(g, cluster, start).step_time_us
     evaluate, batches = PlacementEnv.evaluate, []
 
-    def spy(self, unit_devices):
-        outcomes = evaluate(self, unit_devices)
+    def spy(self, unit_devices, carried=None):
+        outcomes = evaluate(self, unit_devices, carried)
         batches.append((np.asarray(unit_devices)[:, self.unit_of], outcomes.step_us))
         return outcomes
 
@@ -469,8 +469,8 @@ def test_fresh_share_draws_part_of_each_batch_from_the_policy_whole(monkeypatch)
     start = dp.place(g, cluster, algo="accelerate-auto").devices
     evaluate, batches = PlacementEnv.evaluate, []
 
-    def spy(self, unit_devices):
-        outcomes = evaluate(self, unit_devices)
+    def spy(self, unit_devices, carried=None):
+        outcomes = evaluate(self, unit_devices, carried)
         batches.append((np.asarray(unit_devices)[:, self.unit_of], outcomes.step_us))
         return outcomes
 
@@ -560,7 +560,7 @@ def test_layer_moves_move_a_group_with_its_backward_ops():
     alone = explore_around(centre, groups, 2, 2, 1, torch.Generator(), 0.0, first_moved).actions[0]
     assert whole.tolist() == [1] * 6
     assert [g.names[u] for u in np.flatnonzero(alone.numpy())] == ["f0", "f1", "f2"]
-    with pytest.raises(DevplaceError, match="layer_moves needs deviate_from=best"):
+    with pytest.raises(DevplaceError, match="layer_moves and module_moves need deviate_from=best"):
         dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, layer_moves=True, **FAST)
     placed = dp.place(g, SLOW_LINK, algo="colocrl", seed=0, samples=12, deviate_from="best", deviations=1.0,
                       layer_moves=True, uniform_devices=True, **FAST)
@@ -623,3 +623,39 @@ def test_carried_order_scores_a_placement_in_the_best_placements_order(monkeypat
         return placed.options["step_us"]
 
     assert learned_us(carry=True) < own_us - 10 <= learned_us(carry=False) - 10
+
+
+def test_module_moves_move_whole_modules_where_layers_interleave():
+    """module_moves: where the step order interleaves the layers (two modules taking turns over time steps, as
+    GNMT's do), a sample moves whole modules (all their time steps, backward ops and weights) as sim-search's
+    layer move does, outside the policy (no log-probability); where each layer runs once there are none."""
+    import torch
+
+    from test_baselines import scoped_step
+
+    from devplace.learn.nets import Sample
+    from devplace.learn.train import explore_around, module_labels
+
+    once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
+    assert module_labels(once, np.arange(once.n_ops)) is None
+    g = scoped_step([(f"layers.{k % 2}", 10.0, 100.0) for k in range(4)])
+    unit_of = np.arange(g.n_ops)
+    modules = module_labels(g, unit_of)
+    scope = g.meta["op_scope"]
+    assert all(len({modules[i] for i in unit_of if scope[i] == s}) == 1 for s in ("layers.0", "layers.1"))
+    assert modules[g.names.index("mm_0")] != modules[g.names.index("mm_3")]
+    unmoved = lambda around, preset: Sample(around.clone(), torch.zeros(len(around)),   # noqa: E731
+                                            torch.zeros(len(around)))
+    centre = np.zeros(g.n_ops, dtype=np.int64)
+    groups = np.arange(g.n_ops)
+    rows = explore_around(centre, groups, 2, g.n_ops, 16, torch.Generator().manual_seed(0), 0.0, unmoved,
+                          None, modules, 1.0).actions.numpy()
+    assert explore_around(centre, groups, 2, g.n_ops, 16, torch.Generator().manual_seed(0), 0.0, unmoved
+                          ).actions.numpy().max() == 0                # without the option nothing moves
+    for row in rows:
+        for module in np.unique(modules):
+            assert len(set(row[modules == module].tolist())) == 1      # each module whole
+    assert [len(np.unique(modules[row == 1])) for row in rows] == [1] * 16      # one module per sample
+    placed = dp.place(g, SLOW_LINK, algo="hp", seed=0, samples=12, init="single", deviate_from="best",
+                      deviations=1.0, module_moves=1.0, **HP_FAST)
+    assert placed.options["samples_simulated"] == 12

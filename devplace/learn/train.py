@@ -226,11 +226,14 @@ def boundary_shifts(group_centre: np.ndarray, k: int, expected: float, generator
 
 def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_devices: int, n_groups: int, k: int,
                    generator: torch.Generator, boundary_moves: float, draw,
-                   layer_of_unit: np.ndarray | None = None) -> Sample:
+                   layer_of_unit: np.ndarray | None = None, module_of_unit: np.ndarray | None = None,
+                   module_moves: float = 0.0) -> Sample:
     """Option deviate_from=best for a policy that places groups of units: ``draw(group_centre (K, G),
     preset)`` deviates around each group's majority device of the centre; a moved group's units all take its
     new device, every other unit keeps the centre's (so the centre is held exactly, finer than the groups).
-    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``)."""
+    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``); with
+    ``module_of_unit`` (option module_moves) about ``module_moves`` module layers move as well
+    (``module_shifts``: outside the policy, so its log-probability does not count them)."""
     group_centre = unit_majority(centre_units, group_of_unit, n_devices, n_groups)
     around = torch.from_numpy(group_centre).expand(k, -1)
     drawn = draw(around, boundary_shifts(group_centre, k, boundary_moves, generator))
@@ -238,7 +241,47 @@ def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_device
     actions = torch.where(moved, drawn.actions[:, group_of_unit], torch.from_numpy(centre_units).expand(k, -1))
     if layer_of_unit is not None:
         actions = torch.from_numpy(with_layers(actions.numpy(), moved.numpy(), layer_of_unit))
+    if module_of_unit is not None and module_moves > 0:
+        actions = torch.from_numpy(module_shifts(actions.numpy(), centre_units, module_of_unit, module_moves,
+                                                 n_devices, generator))
     return Sample(actions, drawn.log_prob, drawn.entropy)
+
+
+def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_unit: np.ndarray, expected: float,
+                  n_devices: int, generator: torch.Generator) -> np.ndarray:
+    """Option module_moves: (K, U) devices where each sample moves ``expected`` module layers (``module_of_unit``;
+    its integer part, and one more with the probability of its fraction), drawn evenly without repeats, each
+    with all its units to one device drawn evenly from those other than its majority device in the centre:
+    one move at a time, as sim-search moves. On GNMT-4 a descent over such moves from the expert passes sim-search (BENCHMARKS.md,
+    "Learning placers", round 6); the learners' groups, slices of the step, each hold pieces of 1-7 modules.
+
+    >>> module_shifts(np.zeros((1, 4), dtype=np.int64), np.zeros(4, dtype=np.int64), np.array([0, 0, 1, 1]), 2.0,
+    ...               2, torch.Generator().manual_seed(0))     # both modules, each to the other device
+    array([[1, 1, 1, 1]])
+    """
+    n_modules = int(module_of_unit.max()) + 1
+    majority = unit_majority(centre_units, module_of_unit, n_devices, n_modules)
+    k = len(unit_devices)
+    count = int(expected) + (torch.rand(k, generator=generator) < expected - int(expected)).long()
+    rank = torch.rand(k, n_modules, generator=generator).argsort(dim=1).argsort(dim=1)    # a random order per sample
+    move = (rank < count.unsqueeze(1)).numpy()
+    target = (majority + torch.randint(1, n_devices, (k, n_modules), generator=generator).numpy()) % n_devices
+    return np.where(move[:, module_of_unit], target[:, module_of_unit], unit_devices)
+
+
+def module_labels(graph, unit_of: np.ndarray) -> np.ndarray | None:
+    """Option module_moves: per unit (``unit_of``: colocation units), its module layer as sim-search's layer move
+    takes it (``portfolio.sim_search.interleaved_layers``), or None where the step order does not interleave the
+    layers (RNNLM, Inception-V3: sim-search draws no layer move there either)."""
+    from devplace.placers._moves import sources_late_order
+    from devplace.portfolio.sim_search import interleaved_layers
+
+    layers = interleaved_layers(graph, np.argsort(sources_late_order(graph)))
+    if layers is None:
+        return None
+    module = np.empty(int(unit_of.max()) + 1, dtype=np.int64)
+    module[unit_of] = layers.unit_of
+    return module
 
 
 def with_layers(unit_devices: np.ndarray, moved: np.ndarray, layer_of_unit: np.ndarray) -> np.ndarray:
@@ -317,9 +360,9 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     if options.boundary_moves > 0 and options.deviate_from != "best":
         raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
                             f"placement so far)")
-    if options.layer_moves and options.deviate_from != "best":
-        raise DevplaceError(f"{name}: option layer_moves needs deviate_from=best (layers moved from the best "
-                            f"placement so far)")
+    if (options.layer_moves or options.module_moves > 0) and options.deviate_from != "best":
+        raise DevplaceError(f"{name}: options layer_moves and module_moves need deviate_from=best (layers moved "
+                            f"from the best placement so far)")
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
 
     def step(k, generator, state, rollouts, reward) -> Update:
