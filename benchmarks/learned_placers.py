@@ -10,7 +10,8 @@ m-SCT+opt and sim-search.
 ``--config`` picks the learners' options: ``paper`` (the papers' and the public code's defaults) or
 ``devplace`` (``DEVPLACE``: a warm start from the fastest of expert, m-SCT+opt and single, then
 REINFORCE sampling deviations from the best placement so far, with boundary shifts, whole layers moved to
-devices drawn evenly, and normalised advantages; see docs/learning.md). Rows of one configuration are kept when the other is run
+devices drawn evenly, normalised advantages, the best placement's order carried to every sample, and whole
+module layers moved where layers interleave; see docs/learning.md). Rows of one configuration are kept when the other is run
 (``colocrl`` and ``colocrl/devplace`` in the JSON). ``learning_table`` keeps a warm-started run's
 start, its best sample and what it returns apart, and says whether the best sample beat the start,
 random search at the same number of samples and the algorithmic placers, and how far it is from sim-search.
@@ -57,13 +58,19 @@ WARM_STARTS = "expert,m-sct+opt,single"
 # drawn from the policy whole, and ColocRL's groups without the single-consumer rule: benchmarks/learner_projection.py)
 # (round 5: a moved group takes its layers along, forward with backward and update ops, to a device drawn
 # evenly from the others: benchmarks/learner_neighbourhood.py)
+# (round 6: every sample also scored in the best placement's order, carried as sim-search carries its order:
+# sim-search's RNNLM devices are 116.35 ms in their own orders, 108.10 in its carried one; and, where layers
+# interleave, about one module layer moved whole per sample, as sim-search's layer move: on GNMT-4 a descent over
+# such moves from the expert reaches 229.51 ms, the learners' groups each hold pieces of 1-7 modules)
 ROUND4 = dict(schedule_orders="topological,upward-rank", fresh_share=0.25)
 ROUND5 = dict(layer_moves=True, uniform_devices=True)
+ROUND6 = dict(carry_order=True, module_moves=1.0)
 DEVPLACE = {
     "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,
-                    normalize_advantage=True, single_consumer=False, **ROUND4, **ROUND5),
+                    normalize_advantage=True, single_consumer=False, **ROUND4, **ROUND5, **ROUND6),
     "hp": dict(init_updates=50, deviations=1.0, deviate_from="best", boundary_moves=1.0, position_features=64,
-               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4, **ROUND5),
+               tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4, **ROUND5,
+               **ROUND6),
 }
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
@@ -97,22 +104,25 @@ def thinned(curve: list) -> list:
             if k == 0 or k == len(curve) - 1 or point[2] != curve[k - 1][2]]
 
 
-def random_search(graph, cluster, samples: int, time_budget_s: float | None, orders: str = "topological") -> dict:
+def random_search(graph, cluster, samples: int, time_budget_s: float | None, orders: str = "topological",
+                  carry_order: bool = False) -> dict:
     """Best step time so far of ``samples`` random placements that fit (the random placer, seeds 0..), each
-    scored as the learners score theirs: in the fastest of the schedule ``orders`` (``learn.env``)."""
+    scored as the learners score theirs: in the fastest of the schedule ``orders`` and, with ``carry_order``,
+    of the best placement's order so far (``learn.env``)."""
     from devplace.learn.env import PlacementEnv
 
     env = PlacementEnv(graph, cluster, np.arange(graph.n_ops), tuple(orders.split(",")))
-    best, curve, began = math.inf, [], time.perf_counter()
+    best, carried, curve, began = math.inf, None, [], time.perf_counter()
     for seed in range(samples):
         if time_budget_s is not None and time.perf_counter() - began > time_budget_s:
             break
-        devices = dp.place(graph, cluster, algo="random", seed=seed, check=False).devices
-        result = env.evaluate(np.asarray(devices)[None])
-        if not result.oom[0]:
-            best = min(best, float(result.step_us[0]))
+        devices = np.asarray(dp.place(graph, cluster, algo="random", seed=seed, check=False).devices)
+        result = env.evaluate(devices[None], carried)
+        if not result.oom[0] and result.step_us[0] < best:
+            best = float(result.step_us[0])
+            carried = env.order_of(devices, carried) if carry_order else None
         curve.append((seed + 1, round(time.perf_counter() - began, 3), best))
-    return {"best_step_us": best, "curve": thinned(curve), "orders": orders}
+    return {"best_step_us": best, "curve": thinned(curve), "orders": orders, "carry_order": carry_order}
 
 
 def learner_options(algo: str, config: str) -> dict:
@@ -332,8 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         # as many samples as the learners drew (the comparison is at equal samples), scored in their orders
         drawn = [entry[run_label(a, args.config)].get("samples", samples) for a in LEARNERS
                  if run_label(a, args.config) in entry]
-        orders = ROUND4["schedule_orders"] if args.config == "devplace" else "topological"
-        entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s, orders)
+        devplace = args.config == "devplace"
+        orders = ROUND4["schedule_orders"] if devplace else "topological"
+        entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s, orders,
+                                        devplace and ROUND6["carry_order"])
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
         results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
         kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes

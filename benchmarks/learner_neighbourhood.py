@@ -10,6 +10,10 @@ every placement scored as the learners score it (the faster of the schedule orde
   other device: moves of several units along a cut, as the expert's layers differ from sim-search's;
 - ``layer_moves``: every group moved with the rest of its layers (a forward op with its backward and update
   ops: option ``layer_moves``) to each other device;
+- ``module_moves`` (where the step order interleaves the layers, as GNMT's: option ``module_moves``): every
+  module layer (all its time steps, with backward and update ops) moved whole to each other device;
+  ``module_descent``: a greedy descent over those moves from the start (the fastest each time, until none is
+  faster); ``sim_search_on_modules_us``: sim-search's placement with each module on its majority device;
 - ``towards``: the groups where sim-search's projection differs from the start, applied in step order
   one at a time: the step time along that path (is there a barrier between the two?);
 - ``orders``: sim-search's devices in each schedule order the environment knows and in sim-search's own
@@ -45,7 +49,7 @@ from reproduce_papers import RESULTS  # noqa: E402
 
 def measure(name: str, orders: tuple[str, ...], spans: tuple[int, ...]) -> dict:
     from devplace.learn.colocrl import colocrl_groups
-    from devplace.learn.train import layer_labels, warm_start
+    from devplace.learn.train import layer_labels, module_labels, warm_start
 
     graph, cluster = graph_and_cluster(name)
     n_dev = cluster.n_devices
@@ -105,8 +109,38 @@ def measure(name: str, orders: tuple[str, ...], spans: tuple[int, ...]) -> dict:
         path.append(float(env.evaluate(row[None]).step_us[0]))
     entry["towards"] = {"steps": len(path), "max_us": max(path, default=centre_us),
                         "path_us": path[:: max(1, len(path) // 40)] + path[-1:]}
+    modules = module_labels(graph, units.unit_of)
+    if modules is not None:
+        entry |= module_neighbourhood(env, centre, centre_us, modules, target, n_dev)
     entry["neighbourhood_s"] = round(time.perf_counter() - began, 1)
     return entry
+
+
+def module_neighbourhood(env: PlacementEnv, centre: np.ndarray, centre_us: float, modules: np.ndarray,
+                         target: np.ndarray, n_dev: int) -> dict:
+    """Option module_moves' neighbourhood of ``centre`` (per unit), a greedy descent over it, and ``target``
+    (sim-search's placement per unit) with each module on its majority device."""
+    def moves(row):
+        out = [(m, d) for m in range(int(modules.max()) + 1) for d in range(n_dev)
+               if (row[modules == m] != d).any()]
+        rows = np.array([np.where(modules == m, d, row) for m, d in out])
+        return out, env.evaluate(rows).step_us
+
+    out, steps = moves(centre)
+    entry = {"module_moves": {"modules": int(modules.max()) + 1, "moves": len(out),
+                              "faster": int(np.count_nonzero(steps < centre_us)),
+                              "fastest_us": float(steps.min()), "fastest_move": out[int(np.argmin(steps))]}}
+    row, row_us, path = centre.copy(), centre_us, []
+    while True:
+        out, steps = moves(row)
+        if steps.min() >= row_us:
+            break
+        module, device = out[int(np.argmin(steps))]
+        row, row_us = np.where(modules == module, device, row), float(steps.min())
+        path.append((module, device, row_us))
+    projected = unit_majority(target, modules, n_dev)[modules]
+    return entry | {"module_descent": {"moves": len(path), "ends_us": row_us, "path": path},
+                    "sim_search_on_modules_us": float(env.evaluate(projected[None]).step_us[0])}
 
 
 def main(argv: list[str] | None = None) -> int:

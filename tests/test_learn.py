@@ -413,8 +413,8 @@ def test_deviating_from_the_best_so_far_moves_around_it_not_the_greedy_decode(mo
     start_us = dp.simulate(g, cluster, start).step_time_us
     evaluate, batches = PlacementEnv.evaluate, []
 
-    def spy(self, unit_devices):
-        outcomes = evaluate(self, unit_devices)
+    def spy(self, unit_devices, carried=None):
+        outcomes = evaluate(self, unit_devices, carried)
         batches.append((np.asarray(unit_devices)[:, self.unit_of], outcomes.step_us))
         return outcomes
 
@@ -469,8 +469,8 @@ def test_fresh_share_draws_part_of_each_batch_from_the_policy_whole(monkeypatch)
     start = dp.place(g, cluster, algo="accelerate-auto").devices
     evaluate, batches = PlacementEnv.evaluate, []
 
-    def spy(self, unit_devices):
-        outcomes = evaluate(self, unit_devices)
+    def spy(self, unit_devices, carried=None):
+        outcomes = evaluate(self, unit_devices, carried)
         batches.append((np.asarray(unit_devices)[:, self.unit_of], outcomes.step_us))
         return outcomes
 
@@ -560,7 +560,7 @@ def test_layer_moves_move_a_group_with_its_backward_ops():
     alone = explore_around(centre, groups, 2, 2, 1, torch.Generator(), 0.0, first_moved).actions[0]
     assert whole.tolist() == [1] * 6
     assert [g.names[u] for u in np.flatnonzero(alone.numpy())] == ["f0", "f1", "f2"]
-    with pytest.raises(DevplaceError, match="layer_moves needs deviate_from=best"):
+    with pytest.raises(DevplaceError, match="layer_moves and module_moves need deviate_from=best"):
         dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, layer_moves=True, **FAST)
     placed = dp.place(g, SLOW_LINK, algo="colocrl", seed=0, samples=12, deviate_from="best", deviations=1.0,
                       layer_moves=True, uniform_devices=True, **FAST)
@@ -582,3 +582,80 @@ def test_uniform_devices_draw_a_moved_unit_s_device_evenly():
     assert 0.4 < (even.actions == 2).float().mean() < 0.6 and (even.actions == 0).sum() == 0
     log_p = torch.log_softmax(logits[0, 0], -1)
     assert torch.allclose(even.log_prob, log_p[even.actions[:, 0]])
+
+
+def order_matters() -> tuple[dp.OpGraph, np.ndarray, np.ndarray]:
+    """Six ops on two devices with 100 us links, and two placements one op apart: ``start`` (750 us in its own
+    orders) and ``moved`` (o5 to device 1), 650 us in ``start``'s upward-rank order, while no placement of the
+    graph is faster than 700 us in its own topological or upward-rank order (brute-forced below)."""
+    b = GraphBuilder(["gpu"])
+    for i, compute_us in enumerate((300.0, 50.0, 300.0, 300.0, 300.0, 50.0)):
+        b.add_op(f"o{i}", compute_us={"gpu": compute_us})
+    for src, dst in ((0, 3), (0, 5), (1, 4), (2, 4), (2, 5), (4, 5)):
+        b.add_edge(f"o{src}", f"o{dst}", bytes=8.0)
+    return b.build(), np.array([0, 0, 1, 0, 1, 0]), np.array([0, 0, 1, 0, 1, 1])
+
+
+def test_carried_order_scores_a_placement_in_the_best_placements_order(monkeypatch):
+    """Option carry_order: the environment also scores a placement in a carried priority, and a learner carries
+    its best placement's order to the next samples, as sim-search does: from ``start`` it reaches 650 us, below
+    the 700 us no placement reaches in its own orders; without the option it cannot."""
+    import itertools
+
+    g, start, moved = order_matters()
+    cluster = uniform_cluster(2, latency_us=100.0)
+    env = PlacementEnv(g, cluster, np.arange(g.n_ops), ("topological", "upward-rank"))
+    own_us = min(env.evaluate(np.array(p)[None]).step_us[0] for p in itertools.product([0, 1], repeat=g.n_ops))
+    carried = env.order_of(start)
+    assert own_us == pytest.approx(700.0, abs=1.0) and env.evaluate(start[None]).step_us[0] > own_us
+    assert env.evaluate(moved[None], carried).step_us[0] == pytest.approx(650.0, abs=1.0)
+    assert env.evaluate(moved[None], carried).step_us[0] == dp.simulate(
+        g, cluster, dp.Placement(devices=moved, priority=env.order_of(moved, carried))).step_time_us
+    with evaluator(g, cluster, np.arange(g.n_ops), workers=2, orders=env.orders) as workers:
+        assert workers.evaluate(moved[None], carried).step_us.tolist() == env.evaluate(moved[None], carried).step_us.tolist()
+    monkeypatch.setattr("devplace.learn.train.warm_start", lambda *args: {"expert": start})   # the warm start: start
+
+    def learned_us(carry: bool) -> float:
+        placed = dp.place(g, cluster, algo="colocrl", seed=0, samples=48, init="expert", init_updates=20,
+                          deviations=1.0, deviate_from="best", single_consumer=False, carry_order=carry,
+                          schedule_orders="topological,upward-rank", **FAST)
+        assert dp.simulate(g, cluster, placed).step_time_us == placed.options["step_us"]   # it returns its order
+        return placed.options["step_us"]
+
+    assert learned_us(carry=True) < own_us - 10 <= learned_us(carry=False) - 10
+
+
+def test_module_moves_move_whole_modules_where_layers_interleave():
+    """module_moves: where the step order interleaves the layers (two modules taking turns over time steps, as
+    GNMT's do), a sample moves whole modules (all their time steps, backward ops and weights) as sim-search's
+    layer move does, outside the policy (no log-probability); where each layer runs once there are none."""
+    import torch
+
+    from test_baselines import scoped_step
+
+    from devplace.learn.nets import Sample
+    from devplace.learn.train import explore_around, module_labels
+
+    once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
+    assert module_labels(once, np.arange(once.n_ops)) is None
+    g = scoped_step([(f"layers.{k % 2}", 10.0, 100.0) for k in range(4)])
+    unit_of = np.arange(g.n_ops)
+    modules = module_labels(g, unit_of)
+    scope = g.meta["op_scope"]
+    assert all(len({modules[i] for i in unit_of if scope[i] == s}) == 1 for s in ("layers.0", "layers.1"))
+    assert modules[g.names.index("mm_0")] != modules[g.names.index("mm_3")]
+    unmoved = lambda around, preset: Sample(around.clone(), torch.zeros(len(around)),   # noqa: E731
+                                            torch.zeros(len(around)))
+    centre = np.zeros(g.n_ops, dtype=np.int64)
+    groups = np.arange(g.n_ops)
+    rows = explore_around(centre, groups, 2, g.n_ops, 16, torch.Generator().manual_seed(0), 0.0, unmoved,
+                          None, modules, 1.0).actions.numpy()
+    assert explore_around(centre, groups, 2, g.n_ops, 16, torch.Generator().manual_seed(0), 0.0, unmoved
+                          ).actions.numpy().max() == 0                # without the option nothing moves
+    for row in rows:
+        for module in np.unique(modules):
+            assert len(set(row[modules == module].tolist())) == 1      # each module whole
+    assert [len(np.unique(modules[row == 1])) for row in rows] == [1] * 16      # one module per sample
+    placed = dp.place(g, SLOW_LINK, algo="hp", seed=0, samples=12, init="single", deviate_from="best",
+                      deviations=1.0, module_moves=1.0, **HP_FAST)
+    assert placed.options["samples_simulated"] == 12

@@ -21,6 +21,13 @@ ops); with both, each placement scores the faster (a fitting one before one that
 sim-search searches the order too, and on GNMT-4 its devices alone, in the topological order, are
 20% slower than with its order (BENCHMARKS.md, "Learning placers", round 4).
 
+``carried`` (option carry_order, devplace's variant; the papers have no such thing): a priority
+each placement of a batch is also simulated in, the order of the best placement so far, as
+sim-search keeps its current order for every move and replaces it only when a placement's own
+order is faster. An order found for one placement often suits its neighbours better than their
+own upward-rank order (RNNLM: sim-search's devices are 116.35 ms in their own orders, 108.10 in
+the order its search carried to them).
+
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster
 >>> env = PlacementEnv(chain_graph([10.0, 20.0]), uniform_cluster(2), np.array([0, 1]))
@@ -79,25 +86,30 @@ class PlacementEnv:
         """(K, U) devices per unit -> (K, ops) devices per op."""
         return np.ascontiguousarray(np.asarray(unit_devices, dtype=np.int64)[:, self.unit_of])
 
-    def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
+    def evaluate(self, unit_devices: np.ndarray, carried: np.ndarray | None = None) -> Outcomes:
+        """Each row scored in the fastest of ``orders`` and, if given, the ``carried`` priority (per op)."""
         devices = self.expand(unit_devices)
         k, n_dev = len(devices), self.cluster.n_devices
         step = np.empty(k)
         peak = np.empty((k, n_dev))
         for i, row in enumerate(devices):
-            step[i], peak[i], _ = self._fastest_order(row)
+            step[i], peak[i], _ = self._fastest_order(row, carried)
         return self._outcomes(step, peak)
 
-    def order_of(self, devices: np.ndarray) -> np.ndarray | None:
-        """The priority (None: topological) of the order ``evaluate`` scores this per-op placement in."""
-        return self._fastest_order(np.ascontiguousarray(devices, dtype=np.int64))[2]
+    def order_of(self, devices: np.ndarray, carried: np.ndarray | None = None) -> np.ndarray | None:
+        """The priority (None: topological) of the order ``evaluate`` scores this per-op placement in (with
+        ``carried``: that priority when it is the fastest, so a carried order stays until one beats it)."""
+        return self._fastest_order(np.ascontiguousarray(devices, dtype=np.int64), carried)[2]
 
-    def _fastest_order(self, devices: np.ndarray) -> tuple[float, np.ndarray, np.ndarray | None]:
-        """(step time, peak per device, priority) in the fastest of ``orders``, one that fits first."""
+    def _fastest_order(self, devices: np.ndarray, carried: np.ndarray | None) -> tuple[float, np.ndarray,
+                                                                                          np.ndarray | None]:
+        """(step time, peak per device, priority) in the fastest of ``orders`` and ``carried``, one that fits
+        first (a tie keeps the placement's own order)."""
+        priorities = [None if order == "topological" else -upward_rank_us(self.graph, self.cluster, devices,
+                                                                          self.sim.op_time_us)
+                      for order in self.orders] + ([] if carried is None else [carried])
         best = None
-        for order in self.orders:
-            priority = None if order == "topological" else -upward_rank_us(self.graph, self.cluster, devices,
-                                                                           self.sim.op_time_us)
+        for priority in priorities:
             if self.memory_is_ample:
                 step, peak = self.sim.step_time_us(devices, priority), self._ample_peak(devices)
             else:

@@ -54,6 +54,10 @@ class WholePlacementOptions(LearnerOptions):
                                                  "topological (the papers: the runtime's order) and upward-rank; with "
                                                  "both, each scores the faster, and the placement returned carries it "
                                                  "(devplace's variant)")
+    carry_order: bool = option(False, "each placement is also simulated in the order of the best placement so far "
+                                      "(its priority, carried as sim-search carries its order from move to move), "
+                                      "replaced when a new best is faster in its own schedule_orders (devplace's "
+                                      "variant; the papers leave the order to the runtime)")
 
     def orders(self) -> tuple[str, ...]:
         """Option schedule_orders as a tuple (``PlacementEnv`` refuses unknown ones, naming them)."""
@@ -92,6 +96,12 @@ class ReinforceOptions(WholePlacementOptions):
                                           "the policy (credited as the policy's choice): after cloning a warm start the "
                                           "policy's mass off it follows the neighbours' devices, an artefact of the "
                                           "cloning, not of any reward (devplace's variant)")
+    module_moves: float = option(0.0, "with deviate_from=best, where the step order interleaves the layers (a "
+                                      "recurrent net such as GNMT): each sample also moves this many module "
+                                      "layers (a module over all its time steps, with its backward and update ops) "
+                                      "whole to a device drawn evenly from the others, as sim-search's layer move "
+                                      "does; a search move beside the policy's, not credited to it (devplace's "
+                                      "variant)")
     fresh_share: float = option(0.0, "with deviate_from=best: this share of each update's K samples (rounded) is "
                                      "drawn from the policy whole, every decision, as the papers sample, the rest "
                                      "deviate from the best: global exploration beside the local moves (devplace's "

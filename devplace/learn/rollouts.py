@@ -2,8 +2,9 @@
 
 The learner samples every placement itself and only hands the batch out for scoring; each
 evaluator splits the batch into contiguous chunks, one per worker, and joins the answers in
-order. The simulator is deterministic, so the outcomes (and with them the whole training run)
-are the same for one worker, eight, or a Ray cluster.
+order (each with the carried priority, if any: ``PlacementEnv.evaluate``). The simulator is
+deterministic, so the outcomes (and with them the whole training run) are the same for one
+worker, eight, or a Ray cluster.
 
 Local workers are ``spawn``-ed processes (never forked from a learner that holds torch's
 threads), each building the environment once from the pickled graph and cluster. Ray workers are
@@ -35,8 +36,8 @@ class InProcess:
     def __init__(self, env: PlacementEnv):
         self.env = env
 
-    def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
-        return self.env.evaluate(unit_devices)
+    def evaluate(self, unit_devices: np.ndarray, carried: np.ndarray | None = None) -> Outcomes:
+        return self.env.evaluate(unit_devices, carried)
 
     def close(self) -> None:
         pass
@@ -55,8 +56,8 @@ def _start_worker(graph, cluster, unit_of, orders) -> None:
     _worker_env = PlacementEnv(graph, cluster, unit_of, orders)
 
 
-def _evaluate_in_worker(unit_devices: np.ndarray) -> Outcomes:
-    return _worker_env.evaluate(unit_devices)
+def _evaluate_in_worker(chunk: tuple[np.ndarray, np.ndarray | None]) -> Outcomes:
+    return _worker_env.evaluate(*chunk)
 
 
 class LocalWorkers:
@@ -67,8 +68,9 @@ class LocalWorkers:
         context = multiprocessing.get_context("spawn")
         self.pool = context.Pool(n, initializer=_start_worker, initargs=(env.graph, env.cluster, env.unit_of, env.orders))
 
-    def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
-        return Outcomes.concatenate(self.pool.map(_evaluate_in_worker, _chunks(unit_devices, self.n)))
+    def evaluate(self, unit_devices: np.ndarray, carried: np.ndarray | None = None) -> Outcomes:
+        chunks = [(chunk, carried) for chunk in _chunks(unit_devices, self.n)]
+        return Outcomes.concatenate(self.pool.map(_evaluate_in_worker, chunks))
 
     def close(self) -> None:
         self.pool.terminate()
@@ -94,9 +96,9 @@ class RayWorkers:
         shared = ray.put((env.graph, env.cluster, env.unit_of, env.orders))
         self.actors = [actor.remote(shared) for _ in range(n)]
 
-    def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
+    def evaluate(self, unit_devices: np.ndarray, carried: np.ndarray | None = None) -> Outcomes:
         chunks = _chunks(unit_devices, len(self.actors))
-        return Outcomes.concatenate(self.ray.get([a.evaluate.remote(c) for a, c in zip(self.actors, chunks)]))
+        return Outcomes.concatenate(self.ray.get([a.evaluate.remote(c, carried) for a, c in zip(self.actors, chunks)]))
 
     def close(self) -> None:
         for actor in self.actors:
@@ -109,8 +111,8 @@ class _RayEnv:
     def __init__(self, shared):
         self.env = PlacementEnv(*shared)
 
-    def evaluate(self, unit_devices: np.ndarray) -> Outcomes:
-        return self.env.evaluate(unit_devices)
+    def evaluate(self, unit_devices: np.ndarray, carried: np.ndarray | None) -> Outcomes:
+        return self.env.evaluate(unit_devices, carried)
 
 
 @contextmanager

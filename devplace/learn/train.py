@@ -21,7 +21,9 @@ REINFORCE starts, as GDP and DOPPLER start from a heuristic; the learner returns
 itself, and says so, if none of its samples beats it. With ``deviate_from=best`` the samples are the
 best placement so far with a few groups moved (``explore_around``), a policy-guided local search;
 ``fresh_share`` of each batch is then drawn from the policy whole, as the papers sample, so the search
-can leave the best's basin when the policy has learned a better one.
+can leave the best's basin when the policy has learned a better one. With ``carry_order`` every sample
+is also simulated in the best placement's order (``PlacementEnv``'s ``carried``): the warm start's
+own order at first, then the order each new best was fastest in, as sim-search carries its order.
 
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
@@ -96,6 +98,7 @@ class _State:
     init_updates_done: int = 0                # cloning steps taken (fewer than init_updates if the time budget ran out)
     init_source: str | None = None            # the placer whose placement is the warm start (the fastest of option init)
     init_candidates: dict = dataclasses.field(default_factory=dict)   # each init placer's step time (None: overflows)
+    carried: np.ndarray | None = None         # option carry_order: the best placement's priority (None: topological)
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -167,6 +170,8 @@ def _clone(state: _State, name, graph, cluster, unit_of, policy, clone, options,
         return
     state.init_step_us, state.init_devices, state.init_source = state.init_candidates[spec], starts[spec], spec
     state.init_units = unit_majority(state.init_devices, unit_of, cluster.n_devices)
+    if options.carry_order:
+        state.carried = whole.order_of(state.init_devices)
     targets = torch.from_numpy(state.init_units)
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.init_learning_rate)
     for _ in range(options.init_updates):
@@ -221,11 +226,14 @@ def boundary_shifts(group_centre: np.ndarray, k: int, expected: float, generator
 
 def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_devices: int, n_groups: int, k: int,
                    generator: torch.Generator, boundary_moves: float, draw,
-                   layer_of_unit: np.ndarray | None = None) -> Sample:
+                   layer_of_unit: np.ndarray | None = None, module_of_unit: np.ndarray | None = None,
+                   module_moves: float = 0.0) -> Sample:
     """Option deviate_from=best for a policy that places groups of units: ``draw(group_centre (K, G),
     preset)`` deviates around each group's majority device of the centre; a moved group's units all take its
     new device, every other unit keeps the centre's (so the centre is held exactly, finer than the groups).
-    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``)."""
+    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``); with
+    ``module_of_unit`` (option module_moves) about ``module_moves`` module layers move as well
+    (``module_shifts``: outside the policy, so its log-probability does not count them)."""
     group_centre = unit_majority(centre_units, group_of_unit, n_devices, n_groups)
     around = torch.from_numpy(group_centre).expand(k, -1)
     drawn = draw(around, boundary_shifts(group_centre, k, boundary_moves, generator))
@@ -233,7 +241,47 @@ def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_device
     actions = torch.where(moved, drawn.actions[:, group_of_unit], torch.from_numpy(centre_units).expand(k, -1))
     if layer_of_unit is not None:
         actions = torch.from_numpy(with_layers(actions.numpy(), moved.numpy(), layer_of_unit))
+    if module_of_unit is not None and module_moves > 0:
+        actions = torch.from_numpy(module_shifts(actions.numpy(), centre_units, module_of_unit, module_moves,
+                                                 n_devices, generator))
     return Sample(actions, drawn.log_prob, drawn.entropy)
+
+
+def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_unit: np.ndarray, expected: float,
+                  n_devices: int, generator: torch.Generator) -> np.ndarray:
+    """Option module_moves: (K, U) devices where each sample moves ``expected`` module layers (``module_of_unit``;
+    its integer part, and one more with the probability of its fraction), drawn evenly without repeats, each
+    with all its units to one device drawn evenly from those other than its majority device in the centre:
+    one move at a time, as sim-search moves. On GNMT-4 a descent over such moves from the expert passes sim-search (BENCHMARKS.md,
+    "Learning placers", round 6); the learners' groups, slices of the step, each hold pieces of 1-7 modules.
+
+    >>> module_shifts(np.zeros((1, 4), dtype=np.int64), np.zeros(4, dtype=np.int64), np.array([0, 0, 1, 1]), 2.0,
+    ...               2, torch.Generator().manual_seed(0))     # both modules, each to the other device
+    array([[1, 1, 1, 1]])
+    """
+    n_modules = int(module_of_unit.max()) + 1
+    majority = unit_majority(centre_units, module_of_unit, n_devices, n_modules)
+    k = len(unit_devices)
+    count = int(expected) + (torch.rand(k, generator=generator) < expected - int(expected)).long()
+    rank = torch.rand(k, n_modules, generator=generator).argsort(dim=1).argsort(dim=1)    # a random order per sample
+    move = (rank < count.unsqueeze(1)).numpy()
+    target = (majority + torch.randint(1, n_devices, (k, n_modules), generator=generator).numpy()) % n_devices
+    return np.where(move[:, module_of_unit], target[:, module_of_unit], unit_devices)
+
+
+def module_labels(graph, unit_of: np.ndarray) -> np.ndarray | None:
+    """Option module_moves: per unit (``unit_of``: colocation units), its module layer as sim-search's layer move
+    takes it (``portfolio.sim_search.interleaved_layers``), or None where the step order does not interleave the
+    layers (RNNLM, Inception-V3: sim-search draws no layer move there either)."""
+    from devplace.placers._moves import sources_late_order
+    from devplace.portfolio.sim_search import interleaved_layers
+
+    layers = interleaved_layers(graph, np.argsort(sources_late_order(graph)))
+    if layers is None:
+        return None
+    module = np.empty(int(unit_of.max()) + 1, dtype=np.int64)
+    module[unit_of] = layers.unit_of
+    return module
 
 
 def with_layers(unit_devices: np.ndarray, moved: np.ndarray, layer_of_unit: np.ndarray) -> np.ndarray:
@@ -266,6 +314,17 @@ def layer_labels(graph, unit_of: np.ndarray) -> np.ndarray:
     layer = np.empty(n_units, dtype=np.int64)
     layer[unit_of] = leader_units(graph, closed=True).unit_of    # a closed leader unit is a union of colocation units
     return layer
+
+
+class _Carrying:
+    """The evaluator, each placement also simulated in the run's carried order (option carry_order; without
+    it ``state.carried`` stays None and nothing changes)."""
+
+    def __init__(self, rollouts, state: _State):
+        self.rollouts, self.state = rollouts, state
+
+    def evaluate(self, unit_devices: np.ndarray):
+        return self.rollouts.evaluate(unit_devices, self.state.carried)
 
 
 @dataclasses.dataclass
@@ -301,9 +360,9 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     if options.boundary_moves > 0 and options.deviate_from != "best":
         raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
                             f"placement so far)")
-    if options.layer_moves and options.deviate_from != "best":
-        raise DevplaceError(f"{name}: option layer_moves needs deviate_from=best (layers moved from the best "
-                            f"placement so far)")
+    if (options.layer_moves or options.module_moves > 0) and options.deviate_from != "best":
+        raise DevplaceError(f"{name}: options layer_moves and module_moves need deviate_from=best (layers moved "
+                            f"from the best placement so far)")
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
 
     def step(k, generator, state, rollouts, reward) -> Update:
@@ -380,8 +439,10 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                 stopped_by = "time"
                 break
             k = min(options.samples_per_update, options.samples - state.samples)
-            done = step(k, generator, state, rollouts, reward)
-            _keep_best(state, done.unit_devices, done.outcomes)
+            done = step(k, generator, state, _Carrying(rollouts, state), reward)
+            if _keep_best(state, done.unit_devices, done.outcomes) and options.carry_order and (
+                    state.init_step_us is None or state.best_step_us < state.init_step_us):
+                state.carried = whole.order_of(state.best_units[unit_of], state.carried)
             state.update += 1
             state.samples += k
             state.wall_s = time.perf_counter() - began
@@ -408,18 +469,22 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                     "init_step_us": state.init_step_us, "init_fit": state.init_fit,
                     "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
-    return Placement(devices=devices, priority=whole.order_of(devices), options=figures)
+    return Placement(devices=devices, priority=whole.order_of(devices, state.carried), options=figures)
 
 
-def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> None:
+def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> bool:
+    """Keep the fastest fitting sample if it beats the best so far (True then), and the least overflow."""
+    improved = False
     fits = np.flatnonzero(~outcomes.oom)
     if len(fits):
         i = int(fits[np.argmin(outcomes.step_us[fits])])
         if outcomes.step_us[i] < state.best_step_us:
             state.best_step_us, state.best_units = float(outcomes.step_us[i]), unit_devices[i].copy()
+            improved = True
     i = int(np.argmin(outcomes.over_bytes))
     if outcomes.over_bytes[i] < state.least_over_bytes:
         state.least_over_bytes, state.least_peak_bytes = float(outcomes.over_bytes[i]), outcomes.peak_memory_bytes[i]
+    return improved
 
 
 def _nothing_fits(name: str, cluster, state: _State) -> OutOfMemoryError:

@@ -168,7 +168,7 @@ class _Search:
         # each op's position in the step order: topological, each weight just before its first reader
         self.step_rank = np.argsort(sources_late_order(graph))
         self.leaders = leader_units(graph, rank=self.step_rank)   # forward op + the ops that follow it; widened by colocation
-        self.layers = _interleaved_layers(graph, self.step_rank)     # None: no layer move
+        self.layers = interleaved_layers(graph, self.step_rank)     # None: no layer move
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
@@ -759,7 +759,7 @@ def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tupl
     return "move", [(units.members(unit), other_device(int(devices[units.members(unit)[0]])))]
 
 
-def _interleaved_layers(graph, step_rank: np.ndarray, entries_per_layer: float = 2.0) -> Units | None:
+def interleaved_layers(graph, step_rank: np.ndarray, entries_per_layer: float = 2.0) -> Units | None:
     """The layers (``devplace.placers._layers``: modules as users cut them) as units, when the step
     order enters them ``entries_per_layer`` times each or more on average (a recurrent net, whose
     layers take turns by time step: GNMT's 15 enter 250 times), else None. A run of consecutive units
