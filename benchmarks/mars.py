@@ -18,6 +18,8 @@ load average is recorded beside them.
     .venv/bin/python benchmarks/mars.py --part learners      # colocrl and hp
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0 --samples 800   # the two Mars runs: mars_ablation_800.json
     .venv/bin/python benchmarks/mars.py --report             # mars.json, the curves PNG and the table
+    .venv/bin/python benchmarks/mars.py --part starts        # every warm-start candidate: mars_starts.json
+    .venv/bin/python benchmarks/mars.py --part equal-time --models transformer --time-budget-s 300   # mars_equal_time.json
 
 Each run is kept under benchmarks/.cache/mars/ as it finishes (the parts may run side by side); the
 report writes ``benchmarks/results/mars.json`` and ``benchmarks/results/mars_curves.png``.

@@ -34,6 +34,7 @@ pre-trained arm) are reported beside, on the same targets, when they have runs.
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 800 --time-cap-s 300 --arms mars-sb3-ppo
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --at-start
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --report
+    .venv/bin/python benchmarks/mars_ablation.py --config devplace --seeds 0,1,2,3 --samples 2000 --time-cap-s 75   # 10 min a model
 
 Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
 ``benchmarks/results/mars_ablation_SAMPLES.json`` and ``.png`` (``report_name``: one pair per budget,
