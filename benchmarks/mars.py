@@ -147,7 +147,7 @@ def equal_time_table(names: list[str], budget_s: float, ablation: str) -> str:
     and median over its seeds), margins against the best of the others; written to ``mars_equal_time.json``."""
     mars = json.loads((RESULTS / f"{ablation}.json").read_text())
     results, lines = {}, ["| model | Mars, pre-trained: best / median of seeds (ms) | s per seed | "
-                          + " | ".join(EQUAL_TIME) + " | Mars's best against the best of them | paper's Mars margin |",
+                          + " | ".join(EQUAL_TIME) + " | Mars's best against the best of them (+: Mars faster) | paper's Mars margin |",
                           "|" + "---|" * (5 + len(EQUAL_TIME))]
     for name in names:
         runs = {run: json.loads(p.read_text()) for run in EQUAL_TIME if (p := equal_time_path(name, run, budget_s)).exists()}
@@ -162,7 +162,7 @@ def equal_time_table(names: list[str], budget_s: float, ablation: str) -> str:
         cells = [f"{runs[r]['best_step_us'] / 1e3:.1f} ({runs[r].get('samples', '-')} samples, {runs[r]['seconds']:.0f} s)"
                  if r in runs else "-" for r in EQUAL_TIME]
         lines.append(f"| {MODELS[name][0]} | {best / 1e3:.1f} / {median / 1e3:.1f} | {mars[name]['time_cap_s']:g} | "
-                     + " | ".join(cells) + f" | {results[name]['mars_margin']:+.1%} faster | "
+                     + " | ".join(cells) + f" | {results[name]['mars_margin']:+.1%} | "
                      f"{results[name]['paper_margin']:+.1%} |")
     write_text_atomic(RESULTS / "mars_equal_time.json", json.dumps(results, indent=1, default=float) + "\n")
     return "\n".join(lines)
