@@ -110,7 +110,7 @@ def algorithmic(graph, cluster, spec: str, samples: int) -> dict:
 
 
 def warm_start_candidate(graph, cluster, spec: str) -> dict:
-    """One placer as a warm-start candidate: its step time as option init scores it (``train.fastest_start``,
+    """One placer as a warm-start candidate, seed 0 (METIS is seeded): its step time as option init scores it (``train.fastest_start``,
     in the faster of ``START_ORDERS``; None: it overflows), the devices it uses and the seconds it took."""
     import numpy as np
 
@@ -125,7 +125,7 @@ def warm_start_candidate(graph, cluster, spec: str) -> dict:
     seconds = round(time.perf_counter() - began, 1)
     step_us = fastest_start({spec: devices}, PlacementEnv(graph, cluster, np.arange(graph.n_ops), START_ORDERS))[0][spec]
     return {"best_step_us": math.inf if step_us is None else step_us, "fits": step_us is not None,
-            "devices_used": int(len(np.unique(devices))), "seconds": seconds, "load_before": round(load, 1)}
+            "devices_used": len(np.unique(devices)), "seconds": seconds, "load_before": round(load, 1)}
 
 
 def equal_time_path(name: str, run: str, budget_s: float) -> Path:
