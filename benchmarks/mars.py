@@ -18,6 +18,8 @@ load average is recorded beside them.
     .venv/bin/python benchmarks/mars.py --part learners      # colocrl and hp
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0 --samples 800   # the two Mars runs: mars_ablation_800.json
     .venv/bin/python benchmarks/mars.py --report             # mars.json, the curves PNG and the table
+    .venv/bin/python benchmarks/mars.py --part starts        # every warm-start candidate: mars_starts.json
+    .venv/bin/python benchmarks/mars.py --part equal-time --models transformer --time-budget-s 300   # mars_equal_time.json
 
 Each run is kept under benchmarks/.cache/mars/ as it finishes (the parts may run side by side); the
 report writes ``benchmarks/results/mars.json`` and ``benchmarks/results/mars_curves.png``.
@@ -40,7 +42,7 @@ from devplace.errors import DevplaceError
 from devplace.fileio import write_bytes_atomic, write_text_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learned_placers import MODELS as LEARNED_MODELS, thinned  # noqa: E402
+from learned_placers import DEVPLACE as LEARNER_VARIANT, MODELS as LEARNED_MODELS, thinned  # noqa: E402
 from reproduce_papers import CACHE, PAPER_GPU_FRACTION, PRESET, RESULTS, cached_graph  # noqa: E402
 
 MODELS = {
@@ -51,6 +53,18 @@ MODELS = {
 MARS_RUNS = ("mars", "mars-no-pretrain")      # the ablation's arms shown beside the others (its seed-0 runs)
 LEARNERS = {"colocrl": {}, "hp": {}}
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
+# ``--part starts``: every algorithmic placer option init may name (all but sim-search and the seeded random one),
+# Baechi's with and without their graph optimisations, each scored as Mars's warm start scores it
+STARTS = ("single", "expert", "accelerate-auto", "pipeline-partition", "fx-size-partition", "round-robin", "metis",
+          "heft", "m-topo", "m-etf", "m-sct", "m-topo+opt", "m-etf+opt", "m-sct+opt")
+START_ORDERS = ("topological", "upward-rank")     # devplace's variant's schedule_orders (learned_placers.ROUND4)
+# devplace's variant's warm-start candidates for Mars (mars_ablation.DEVPLACE) and, in ``--part equal-time``, for
+# ColocRL and HP: the expert, one device and the two fastest split placers on the transformer (``--part starts``)
+WARM_STARTS = "expert,single,metis,pipeline-partition"
+# ``--part equal-time``: the others at the wall time of Mars's pre-trained arm (``--time-budget-s``), devplace's
+# variant with Mars's warm starts for the learners, sim-search capped at that time
+EQUAL_TIME = {"colocrl": LEARNER_VARIANT["colocrl"] | {"init": WARM_STARTS},
+              "hp": LEARNER_VARIANT["hp"] | {"init": WARM_STARTS}, "sim-search": {}}
 PAPER = {"gnmt4": {"mars_s": 1.379, "no_pretrain_s": 1.396, "best_previous_s": 1.418},
          "inception_v3": {"mars_s": 0.067, "no_pretrain_s": 0.067, "best_previous_s": 0.067},
          "transformer": {"mars_s": 9.214, "no_pretrain_s": 11.363, "best_previous_s": 11.737}}
@@ -95,22 +109,99 @@ def algorithmic(graph, cluster, spec: str, samples: int) -> dict:
             "seconds": round(time.perf_counter() - began, 1)}
 
 
-def run_part(part: str, names: list[str], samples: int) -> None:
+def warm_start_candidate(graph, cluster, spec: str) -> dict:
+    """One placer as a warm-start candidate, seed 0 (METIS is seeded): its step time as option init scores it (``train.fastest_start``,
+    in the faster of ``START_ORDERS``; None: it overflows), the devices it uses and the seconds it took."""
+    import numpy as np
+
+    from devplace.learn.env import PlacementEnv
+    from devplace.learn.train import fastest_start, warm_start
+
+    began, load = time.perf_counter(), load_now()
+    try:
+        devices = warm_start("mars", graph, cluster, spec, seed=0)[spec]
+    except DevplaceError as exc:
+        return {"error": str(exc).split(":")[0], "seconds": round(time.perf_counter() - began, 1)}
+    seconds = round(time.perf_counter() - began, 1)
+    step_us = fastest_start({spec: devices}, PlacementEnv(graph, cluster, np.arange(graph.n_ops), START_ORDERS))[0][spec]
+    return {"best_step_us": math.inf if step_us is None else step_us, "fits": step_us is not None,
+            "devices_used": len(np.unique(devices)), "seconds": seconds, "load_before": round(load, 1)}
+
+
+def equal_time_path(name: str, run: str, budget_s: float) -> Path:
+    return RUNS / f"{name}-{run}-devplace-t{budget_s:g}.json"
+
+
+def equal_time(graph, cluster, run: str, budget_s: float) -> dict:
+    """One ``EQUAL_TIME`` run capped at ``budget_s`` seconds (the learners' sample budget never binds)."""
+    if run == "sim-search":
+        began = time.perf_counter()
+        placed = dp.place(graph, cluster, algo=run, seed=0, time_budget_s=budget_s)
+        return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us,
+                "seconds": round(time.perf_counter() - began, 1)}
+    return learn(graph, cluster, run, 10**6, EQUAL_TIME[run] | {"time_budget_s": budget_s})
+
+
+def equal_time_table(names: list[str], budget_s: float, ablation: str) -> str:
+    """``--part equal-time``'s runs beside Mars's (the ablation report ``ablation``: the pre-trained arm's best
+    and median over its seeds), margins against the best of the others; written to ``mars_equal_time.json``."""
+    mars = json.loads((RESULTS / f"{ablation}.json").read_text())
+    results, lines = {}, ["| model | Mars, pre-trained: best / median of seeds (ms) | s per seed | "
+                          + " | ".join(EQUAL_TIME) + " | Mars's best against the best of them (+: Mars faster) | paper's Mars margin |",
+                          "|" + "---|" * (5 + len(EQUAL_TIME))]
+    for name in names:
+        runs = {run: json.loads(p.read_text()) for run in EQUAL_TIME if (p := equal_time_path(name, run, budget_s)).exists()}
+        if name not in mars or not runs:
+            continue
+        pre = mars[name]["arms"]["mars"]
+        best, median = min(r["best_step_us"] for r in pre), mars[name]["summary"]["mars"]["median_best_step_us"]
+        others = min(r["best_step_us"] for r in runs.values())
+        paper = PAPER[name]
+        results[name] = {"mars_best_us": best, "mars_median_us": median, "runs": runs, "budget_s": budget_s,
+                         "mars_margin": 1 - best / others, "paper_margin": 1 - paper["mars_s"] / paper["best_previous_s"]}
+        cells = [f"{runs[r]['best_step_us'] / 1e3:.1f} ({runs[r].get('samples', '-')} samples, {runs[r]['seconds']:.0f} s)"
+                 if r in runs else "-" for r in EQUAL_TIME]
+        lines.append(f"| {MODELS[name][0]} | {best / 1e3:.1f} / {median / 1e3:.1f} | {mars[name]['time_cap_s']:g} | "
+                     + " | ".join(cells) + f" | {results[name]['mars_margin']:+.1%} | "
+                     f"{results[name]['paper_margin']:+.1%} |")
+    write_text_atomic(RESULTS / "mars_equal_time.json", json.dumps(results, indent=1, default=float) + "\n")
+    return "\n".join(lines)
+
+
+def run_part(part: str, names: list[str], samples: int, budget_s: float = 300.0) -> None:
     for name in names:
         graph, cluster = graph_and_cluster(name)
         print(f"{name}: {graph.n_ops} ops on {cluster.name}, load {load_now():.1f}", flush=True)
-        if part == "baselines":
+        if part == "starts":
+            todo = {f"start-{spec}": (lambda spec=spec: warm_start_candidate(graph, cluster, spec)) for spec in STARTS}
+        elif part == "equal-time":
+            todo = {run: (lambda run=run: equal_time(graph, cluster, run, budget_s)) for run in EQUAL_TIME}
+        elif part == "baselines":
             todo = {spec: (lambda spec=spec: algorithmic(graph, cluster, spec, samples)) for spec in BASELINES}
         else:
             todo = {run: (lambda run=run: learn(graph, cluster, run, samples, LEARNERS[run])) for run in LEARNERS}
         for run, do in todo.items():
-            path = RUNS / f"{name}-{run}-{samples}.json"
+            path = equal_time_path(name, run, budget_s) if part == "equal-time" else RUNS / f"{name}-{run}-{samples}.json"
             if path.exists():
                 continue
             result = do() | {"ops": graph.n_ops, "cluster": cluster.name}
             write_text_atomic(path, json.dumps(result, default=float) + "\n")
             print(f"  {run}: {result.get('best_step_us', math.nan) / 1e3:.2f} ms in {result.get('seconds')} s "
                   f"{result.get('error', '')}", flush=True)
+
+
+def starts_table(names: list[str], samples: int) -> str:
+    """``--part starts``' runs as a table (fastest first), written to ``RESULTS/mars_starts.json``."""
+    results = {name: {spec: json.loads(p.read_text()) for spec in STARTS
+                      if (p := RUNS / f"{name}-start-{spec}-{samples}.json").exists()} for name in names}
+    write_text_atomic(RESULTS / "mars_starts.json", json.dumps(results, indent=1, default=float) + "\n")
+    lines = ["| model | placer | step time as a warm start (ms) | devices used | s to place | load |", "|" + "---|" * 6]
+    for name, runs in results.items():
+        for spec, r in sorted(runs.items(), key=lambda kv: kv[1].get("best_step_us", math.inf)):
+            time_ms = r.get("error") or (f"{r['best_step_us'] / 1e3:.1f}" if r["fits"] else "does not fit")
+            lines.append(f"| {MODELS[name][0]} | {spec} | {time_ms} | {r.get('devices_used', '-')} | {r['seconds']} "
+                         f"| {r.get('load_before', '-')} |")
+    return "\n".join(lines)
 
 
 def reach(curve: list, target_us: float) -> tuple[int | None, float | None]:
@@ -249,14 +340,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
     parser.add_argument("--samples", type=int, default=480, help="simulated placements per run")
-    parser.add_argument("--part", choices=("learners", "baselines"),
-                        help="run one part (they can run side by side)")
+    parser.add_argument("--part", choices=("learners", "baselines", "starts", "equal-time"),
+                        help="run one part (they can run side by side); starts: every warm-start candidate (STARTS), "
+                             "equal-time: EQUAL_TIME at --time-budget-s beside --ablation's Mars; each printed as a table")
+    parser.add_argument("--time-budget-s", type=float, default=300.0, help="seconds per run of --part equal-time")
+    parser.add_argument("--ablation", default="mars_ablation_2000_devplace",
+                        help="the ablation report (benchmarks/results/NAME.json) --part equal-time sets Mars beside")
     parser.add_argument("--report", action="store_true", help="write mars.json, the curves and the table")
     args = parser.parse_args(argv)
     names = model_names(parser, args.models)
     RUNS.mkdir(parents=True, exist_ok=True)
     if args.part:
-        run_part(args.part, names, args.samples)
+        run_part(args.part, names, args.samples, args.time_budget_s)
+        if args.part == "starts":
+            print(starts_table(names, args.samples))
+        if args.part == "equal-time":
+            print(equal_time_table(names, args.time_budget_s, args.ablation))
     if args.report or not args.part:
         results = assemble(names, args.samples)
         write_text_atomic(RESULTS / "mars.json", json.dumps(results, indent=1, default=float) + "\n")
