@@ -18,7 +18,9 @@ So this placer
    path (kills a transfer); move a unit off the busiest device; when the step order interleaves
    the layers (a recurrent net), put a whole layer (a module over all its time steps, with its
    backward and update ops) on another device. Half of the picks come from the critical path of
-   the current schedule;
+   the current schedule. Before it, where layers interleave, a *layer descent* from the expert's
+   placement and from the best start takes the fastest whole-layer move each step until none is
+   faster (its ends are starts of the annealing);
 3. every so often re-orders the schedule (upward rank of the current placement, topological, or
    topological with updates first).
 
@@ -136,6 +138,8 @@ class SearchConfig:
     pipeline_rebalance: int = option(3, "cuts per stage count, each re-weighting a stage by its simulated peak")
     pipeline_shifts: int = option(12, "simulator calls shifting the boundaries of the least overflowing cut "
                                       "(per stage count and balance) until it fits")
+    layer_descent_evals: int = option(3000, "simulator calls for the layer descent (where layers interleave: the fastest "
+                                            "whole-layer move each step, from the expert and the best start; 0: none)")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
     repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")
@@ -779,6 +783,59 @@ def interleaved_layers(graph, step_rank: np.ndarray, entries_per_layer: float = 
     return Units.from_labels(graph, layer_of)
 
 
+def _layer_descents(search: _Search) -> None:
+    """Where layers interleave, a greedy descent over whole-layer moves from the expert's placement
+    and from the best start: each step tries every layer on every other device, each candidate in
+    every order of ``orders`` and checked to fit, and takes the fastest; it stops when none is faster
+    or ``layer_descent_evals`` (shared by both descents) are spent. The annealing's layer move draws
+    one layer and device at random; on GNMT-4 with ample memory this descent from the expert
+    (345.8 ms) reached 229.5 ms in 7 moves where a round of annealing ended at 244.5. Each result is
+    offered, so it is a start of the annealing too."""
+    if search.layers is None or search.config.layer_descent_evals <= 0 or search.n_dev < 2:
+        return
+    expert = [start for start in search.fitting if start[3].startswith("seed expert (")]
+    starts = ([min(expert, key=lambda start: start[0])] if expert else []) + [search.best]
+    budget_end = search.evals + search.config.layer_descent_evals
+    search.reporter.begin(f"{NAME}: layer descent", total=search.config.layer_descent_evals)
+    search.phase_began = search.evals
+    try:
+        for k, (step, devices, priority, how) in enumerate(starts):
+            if k and any(np.array_equal(devices, other[1]) for other in starts[:k]):
+                continue        # the expert's placement is the best start
+            _layer_descent(search, step, devices, priority, how, budget_end)
+    finally:
+        search.reporter.end()
+
+
+def _layer_descent(search: _Search, step: float, devices: np.ndarray, priority, how: str, budget_end: int) -> None:
+    """One greedy descent over whole-layer moves from a start (``_layer_descents``); offers its end."""
+    layers, moves = search.layers, 0
+    ops_of = [with_colocation(search.fine, layers.members(layer)) for layer in range(layers.n_units)]
+    while search.evals < budget_end and not search.out_of_time() and search.best[0] > search.closed_us:
+        fastest = (step, None, None)
+        for ops in ops_of:
+            for target in range(search.n_dev):
+                if (devices[ops] == target).all() or search.evals >= budget_end:
+                    continue
+                trial = devices.copy()
+                trial[ops] = target
+                for _, order in search.orders(trial):
+                    if search.memory_is_ample:
+                        trial_us, fits = search.step_us(trial, order), True
+                    else:
+                        overflow, trial_us, _ = search.measure(trial, order)
+                        fits = overflow == 0
+                    if fits and trial_us < fastest[0]:
+                        fastest = (trial_us, trial, order)
+        if fastest[1] is None:
+            break
+        step, devices, priority = fastest
+        moves += 1
+    if moves:
+        log.info("eval %5d  layer descent from %s: %d moves, %.3f ms", search.evals, how, moves, step / 1e3)
+        search.offer(step, devices, priority, f"layer descent ({moves} moves) from {how}")
+
+
 def _lower_bound_us(graph, cluster) -> float | None:
     """The certified lower bound on the step time, or None when memory alone shows nothing fits
     (then the search fails on its own, with its overflow report)."""
@@ -904,6 +961,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _cheap_cut_starts(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
+    _layer_descents(search)
     seed_us, _, _, seed_how = search.best
     stopped_by, rounds = _rounds(search, bound_us if nominal else None)
     step_us, devices, priority, how = search.best
