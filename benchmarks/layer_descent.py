@@ -9,6 +9,9 @@ once after, under two labels:
     PYTHONPATH=/work/main .venv/bin/python benchmarks/layer_descent.py --label before --models gnmt
     PYTHONPATH=$PWD .venv/bin/python benchmarks/layer_descent.py --label after --models gnmt
 
+With ``--bundled`` it places the four bundled dnn-partitioning graphs instead (each file's own devices and
+memory), whose layers do not interleave, so before and after must give the same step times and evals.
+
 Writes ``benchmarks/results/layer_descent.json`` (runs keyed by label, then model and memory).
 """
 
@@ -28,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 
 MEMORY_FRACTION = 0.3
+BUNDLED = ("bert_l-3_training", "gnmt_layers_training", "resnet50_inference", "bert_l-3_inference")
 
 
 def run(name: str) -> dict:
@@ -49,14 +53,29 @@ def run(name: str) -> dict:
     return rows
 
 
+def run_bundled(name: str) -> dict:
+    from devplace.io.dnn_partitioning import cluster_for
+
+    graph = dp.load_graph(dp.example_path(f"{name}.json"))
+    began = time.perf_counter()
+    placement = dp.place(graph, cluster_for(graph), algo="sim-search", seed=0)
+    row = {"step_ms": placement.options["step_us"] / 1e3, "evals": placement.options["evals"],
+           "seconds": round(time.perf_counter() - began, 2), "load": round(os.getloadavg()[0], 2)}
+    print(name, json.dumps(row), flush=True)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--label", required=True)
     parser.add_argument("--models", default="gnmt", help="comma-separated zoo names")
+    parser.add_argument("--bundled", action="store_true", help="the four bundled graphs instead of --models")
     args = parser.parse_args(argv)
     path = RESULTS / "layer_descent.json"
-    for name in [n.strip() for n in args.models.split(",") if n.strip()]:
-        row = run(name) | {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    names = BUNDLED if args.bundled else [n.strip() for n in args.models.split(",") if n.strip()]
+    for name in names:
+        row = (run_bundled(name) if args.bundled else run(name)) | {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         runs = json.loads(path.read_text()) if path.exists() else {}
         runs.setdefault(args.label, {})[name] = row
         write_text_atomic(path, json.dumps(runs, indent=1) + "\n")
