@@ -810,7 +810,7 @@ def _layer_descents(search: _Search, starts: list[tuple]) -> None:
     try:
         for k, (step, devices, priority, how) in enumerate(starts):
             if k and any(np.array_equal(devices, other[1]) for other in starts[:k]):
-                continue        # the expert's placement is the best start
+                continue        # the same placement as an earlier start
             _layer_descent(search, step, devices, priority, how, budget_end)
     finally:
         search.reporter.end()
@@ -974,6 +974,8 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     descent_starts = _layer_descent_starts(search)
     stopped_by, rounds = _rounds(search, bound_us if nominal else None)
     _layer_descents(search, [search.best] + descent_starts)
+    if search.best[0] <= search.closed_us:
+        stopped_by = "bound"
     step_us, devices, priority, how = search.best
     gap = step_us / bound_us - 1.0 if nominal and bound_us else None
     log.info("%d evals in %.1f s: %.3f ms, best seed %.3f ms (%s)", search.evals,
