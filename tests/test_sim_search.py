@@ -327,3 +327,38 @@ def test_layer_move_puts_a_whole_module_with_its_backward_ops_and_weights_on_ano
         layer = {scope[n] for n in moved} - {""}
         assert target == 1 and len(layer) == 1          # one module, to the other device
         assert moved >= {n for n, s in scope.items() if s in layer}     # all of it: weights, forward, backward
+
+
+def two_recurrent_layers(steps: int = 4) -> dp.OpGraph:
+    """Two independent recurrent layers taking turns over ``steps`` time steps (each step's op reads
+    the layer's previous one): the fastest split is one whole layer per device."""
+    b = GraphBuilder(["gpu"])
+    for t in range(steps):
+        for k in range(2):
+            b.add_op(f"l{k}_t{t}", compute_us=100.0, output_bytes=10.0)
+            if t:
+                b.add_edge(f"l{k}_t{t - 1}", f"l{k}_t{t}", bytes=10.0)
+    b.meta["op_scope"] = [f"layers.{name[1]}" for name in b.build().names]
+    return b.build()
+
+
+def test_layer_descent_puts_each_interleaved_layer_whole_on_its_own_device():
+    """From one device (the only seed, no annealing), the descent moves one layer, all time steps,
+    to the other device: the step halves. With the descent off the search keeps the seed; on a graph
+    whose layers run once each no descent runs, so its evals are the same either way."""
+    g, c = two_recurrent_layers(), uniform_cluster(2)
+    config = dict(seeds=("single",), pipeline_starts=False, max_evals=0)
+    on = dp.place(g, c, "sim-search", seed=0, **config)
+    off = dp.place(g, c, "sim-search", seed=0, layer_descent_evals=0, **config)
+    assert off.options["step_us"] == pytest.approx(800.0)
+    assert on.options["step_us"] == pytest.approx(400.0)
+    assert on.options["found_by"].startswith("layer descent (1 moves)")
+    device = dict(zip(g.names, on.devices.tolist()))
+    assert {device[f"l0_t{t}"] for t in range(4)} != {device[f"l1_t{t}"] for t in range(4)}
+    assert all(len({device[f"l{k}_t{t}"] for t in range(4)}) == 1 for k in range(2))
+    from test_baselines import scoped_step
+
+    once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
+    runs = [dp.place(once, c, "sim-search", seed=0, max_evals=50, layer_descent_evals=n) for n in (0, 3000)]
+    assert runs[0].options["evals"] == runs[1].options["evals"]
+    assert np.array_equal(runs[0].devices, runs[1].devices)
