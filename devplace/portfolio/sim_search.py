@@ -174,6 +174,13 @@ class _Search:
         self.step_rank = np.argsort(sources_late_order(graph))
         self.leaders = leader_units(graph, rank=self.step_rank)   # forward op + the ops that follow it; widened by colocation
         self.layers = interleaved_layers(graph, self.step_rank)     # None: no layer move
+        # per layer, its ops and their colocation groups: what a layer move or a layer descent puts on one device
+        self.layer_ops = [] if self.layers is None else [with_colocation(self.fine, self.layers.members(layer))
+                                                         for layer in range(self.layers.n_units)]
+        moves = [(name, w) for name, w in config.move_weights if name != "layer" or self.layers is not None]
+        self.move_names = [name for name, _ in moves]      # the annealing's moves and their chances
+        self.move_p = np.array([w for _, w in moves], dtype=float)
+        self.move_p /= self.move_p.sum() if moves else 1.0
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
@@ -712,12 +719,9 @@ def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tupl
     config, rng, n_dev = search.config, search.rng, search.n_dev
     path, pairs, busy_us = info
     units = search.coarse if rng.random() < config.coarse_share else search.fine
-    moves = [(name, w) for name, w in config.move_weights if name != "layer" or search.layers is not None]
-    if not moves:
+    if not search.move_names:
         return "layer", []      # only layer moves asked for, and no layer to move
-    names = [name for name, _ in moves]
-    weights = np.array([w for _, w in moves], dtype=float)
-    move = names[rng.choice(len(names), p=weights / weights.sum())]
+    move = search.move_names[rng.choice(len(search.move_names), p=search.move_p)]
 
     def pick_unit() -> int:
         if len(path) and rng.random() < config.critical_share:
@@ -736,7 +740,7 @@ def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tupl
         layers = search.layers
         layer = int(layers.unit_of[path[rng.integers(len(path))]]) if len(path) and rng.random() < \
             config.critical_share else int(rng.integers(layers.n_units))
-        ops = with_colocation(search.fine, layers.members(layer))
+        ops = search.layer_ops[layer]
         here = int(np.argmax(np.bincount(devices[ops], minlength=n_dev)))
         others = np.flatnonzero(np.arange(n_dev) != here)
         target = int(others[np.argmin(busy_us[others])]) if rng.random() < 0.5 else other_device(here)
@@ -818,11 +822,10 @@ def _layer_descents(search: _Search, starts: list[tuple]) -> None:
 
 def _layer_descent(search: _Search, step: float, devices: np.ndarray, priority, how: str, budget_end: int) -> None:
     """One greedy descent over whole-layer moves from a start (``_layer_descents``); offers its end."""
-    layers, moves = search.layers, 0
-    ops_of = [with_colocation(search.fine, layers.members(layer)) for layer in range(layers.n_units)]
+    moves = 0
     while search.evals < budget_end and not search.out_of_time() and search.best[0] > search.closed_us:
         fastest = (step, None, None)
-        for ops in ops_of:
+        for ops in search.layer_ops:
             for target in range(search.n_dev):
                 if (devices[ops] == target).all() or search.evals >= budget_end:
                     continue
