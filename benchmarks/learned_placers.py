@@ -68,7 +68,7 @@ ROUND6 = dict(carry_order=True, module_moves=1.0)
 # (round 7: a quarter of each batch is the best placement with one of sim-search's schedule-guided moves, a
 # co-placement group pulled along the critical path or unloaded off the busiest device: on RNNLM sim-search scored
 # as the learners score (no carried order) ends at 108.03 ms, and a greedy search over those moves from the expert
-# reaches 108.4 ms within 12 candidates; the learners' own moves never beat the expert's 115.96 there)
+# reaches 108.43 ms within 6-17 candidates; the learners' own moves never beat the expert's 115.96 there)
 ROUND7 = dict(critical_share=0.25)
 DEVPLACE = {
     "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,

@@ -329,8 +329,8 @@ class CriticalMoves:
 
     Measured on RNNLM (BENCHMARKS.md, "Learning placers", round 7): from the expert (115.96 ms), a greedy search
     over these moves, each placement scored in the faster of its topological and upward-rank orders as the
-    learners score theirs, reaches 108.43, 108.36 and 108.43 ms within 5-12 candidates (seeds 0-2); over random
-    co-placement groups it reaches 115.90, 108.36 (after 1,352) and 111.94 ms in 3,000; sim-search itself
+    learners score theirs, reaches 108.43 ms within 6-17 candidates (seeds 0-2); over random co-placement groups
+    it ends at 111.81, 115.90 and 112.85 ms after 3,000 (``benchmarks/learner_orders.py``); sim-search itself
     scored that way (no carried order) ends at 108.03. The learners' own moves (slices of the step, their
     layers) never beat the expert there in 10 minutes."""
 
