@@ -659,3 +659,30 @@ def test_module_moves_move_whole_modules_where_layers_interleave():
     placed = dp.place(g, SLOW_LINK, algo="hp", seed=0, samples=12, init="single", deviate_from="best",
                       deviations=1.0, module_moves=1.0, **HP_FAST)
     assert placed.options["samples_simulated"] == 12
+
+
+def test_critical_moves_take_a_whole_group_off_the_busiest_device(monkeypatch):
+    """Option critical_share: rows that are the best placement with one of sim-search's schedule-guided moves. Two
+    chains of five 100 us ops on one device (1000 us) with 1 ms links: any cut of a chain costs a millisecond, so
+    moving a few ops never helps, and only a whole chain on the other device (500 us) does; an unload move takes
+    the critical path's co-placement group (a chain: each op has one consumer) off the busiest device. Without the
+    option the learner keeps its start; its policy's update never sees the move's row."""
+    b = GraphBuilder(["gpu"])
+    for chain in "ab":
+        for i in range(5):
+            b.add_op(f"{chain}{i}", compute_us={"gpu": 100.0})
+            if i:
+                b.add_edge(f"{chain}{i - 1}", f"{chain}{i}", bytes=8.0)
+    g, cluster = b.build(), uniform_cluster(2, latency_us=1000.0)
+    monkeypatch.setattr("devplace.learn.train.warm_start", lambda *args: {"single": np.zeros(g.n_ops, np.int64)})
+
+    def placed(share: float):
+        return dp.place(g, cluster, algo="colocrl", seed=0, samples=48, init="single", init_updates=20,
+                        deviations=1.0, deviate_from="best", single_consumer=False, critical_share=share, **FAST)
+
+    with_moves, without = placed(0.25), placed(0.0)
+    assert with_moves.options["step_us"] == pytest.approx(500.0, abs=1.0)
+    assert with_moves.options["critical_bests"] >= 1 and len(set(with_moves.devices.tolist())) == 2
+    assert without.options["step_us"] == pytest.approx(1000.0, abs=1.0) and without.options["returned"] == "init"
+    with pytest.raises(DevplaceError, match="critical_share"):
+        dp.place(g, cluster, algo="colocrl", seed=0, samples=8, critical_share=0.25, **FAST)

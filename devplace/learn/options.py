@@ -102,6 +102,11 @@ class ReinforceOptions(WholePlacementOptions):
                                       "whole to a device drawn evenly from the others, as sim-search's layer move "
                                       "does; a search move beside the policy's, not credited to it (devplace's "
                                       "variant)")
+    critical_share: float = option(0.0, "with deviate_from=best: this share of each update's K samples (rounded, "
+                                        "at most K - 1) is the best placement so far with one of sim-search's "
+                                        "schedule-guided moves (a co-placement group pulled along the critical path "
+                                        "or unloaded off the busiest device), a search move the policy's update "
+                                        "leaves out (devplace's variant)")
     fresh_share: float = option(0.0, "with deviate_from=best: this share of each update's K samples (rounded) is "
                                      "drawn from the policy whole, every decision, as the papers sample, the rest "
                                      "deviate from the best: global exploration beside the local moves (devplace's "

@@ -24,6 +24,8 @@ best placement so far with a few groups moved (``explore_around``), a policy-gui
 can leave the best's basin when the policy has learned a better one. With ``carry_order`` every sample
 is also simulated in the best placement's order (``PlacementEnv``'s ``carried``): the warm start's
 own order at first, then the order each new best was fastest in, as sim-search carries its order.
+With ``critical_share`` a share of each batch is the best placement with one of sim-search's schedule-guided
+moves (``CriticalMoves``): search moves beside the policy's samples, which the update does not see.
 
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
@@ -99,6 +101,7 @@ class _State:
     init_source: str | None = None            # the placer whose placement is the warm start (the fastest of option init)
     init_candidates: dict = dataclasses.field(default_factory=dict)   # each init placer's step time (None: overflows)
     carried: np.ndarray | None = None         # option carry_order: the best placement's priority (None: topological)
+    critical_bests: int = 0                   # option critical_share: new bests that were a critical move's row
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -316,6 +319,66 @@ def layer_labels(graph, unit_of: np.ndarray) -> np.ndarray:
     return layer
 
 
+class CriticalMoves:
+    """Option critical_share (devplace's variant; the papers sample every placement from the policy): rows that
+    are the best placement so far (the centre) with one of sim-search's moves read off the centre's simulated
+    schedule, over Baechi's co-placement groups (sim-search's coarse units): half the time a *pull* (of two
+    consecutive ops of the critical path on different devices, the one that waits goes to the producer's device or
+    the producer to the waiter's, evenly), else an *unload* (a critical-path op on the busiest device, or any op
+    there, goes to the least busy device with its group). A move sets every unit (``unit_of``) its group touches.
+
+    Measured on RNNLM (BENCHMARKS.md, "Learning placers", round 7): from the expert (115.96 ms), a greedy search
+    over these moves, each placement scored in the faster of its topological and upward-rank orders as the
+    learners score theirs, reaches 108.43 ms within 6-17 candidates (seeds 0-2); over random co-placement groups
+    it ends at 111.81, 115.90 and 112.85 ms after 3,000 (``benchmarks/learner_orders.py``); sim-search itself
+    scored that way (no carried order) ends at 108.03. The learners' own moves (slices of the step, their
+    layers) never beat the expert there in 10 minutes."""
+
+    def __init__(self, graph, cluster, unit_of: np.ndarray, orders: tuple[str, ...]):
+        from devplace.placers._moves import Units
+        from devplace.transforms import coplacement_groups
+
+        self.env = PlacementEnv(graph, cluster, np.arange(graph.n_ops), orders)
+        self.unit_of = unit_of
+        self.groups = Units.from_labels(graph, coplacement_groups(graph))
+        self._centre: np.ndarray | None = None
+        self._schedule = None        # the centre's (critical path, cross-device pairs on it, busy time per device)
+
+    def schedule(self, centre_units: np.ndarray, carried: np.ndarray | None):
+        """The centre's critical path, its (waiting op, producer) pairs on different devices and each device's busy
+        time, in the order the centre scores best in (simulated again only when the centre changes)."""
+        if self._centre is None or not np.array_equal(self._centre, centre_units):
+            devices = np.ascontiguousarray(centre_units[self.unit_of], dtype=np.int64)
+            priority = self.env.order_of(devices, carried)
+            result = self.env.sim.run(Placement(devices=devices, priority=priority))
+            path = np.asarray(result.critical_path, dtype=np.int64)
+            pairs = np.array([(b, a) for a, b in zip(path[:-1], path[1:]) if devices[a] != devices[b]],
+                             dtype=np.int64).reshape(-1, 2)
+            self._centre, self._schedule = centre_units.copy(), (path, pairs, np.asarray(result.busy_us))
+        return self._schedule
+
+    def draw(self, centre_units: np.ndarray, carried: np.ndarray | None, k: int,
+             generator: torch.Generator) -> np.ndarray:
+        """(k, U) devices: the centre, each row with one pull or unload move."""
+        path, pairs, busy = self.schedule(centre_units, carried)
+        devices = centre_units[self.unit_of]
+        hot, cold = int(np.argmax(busy)), int(np.argmin(busy))
+        on_hot = path[devices[path] == hot]
+        on_hot = on_hot if len(on_hot) else np.flatnonzero(devices == hot)
+        rows = np.repeat(centre_units[None], k, axis=0)
+        for row in rows:
+            coin, side, pick = torch.rand(3, generator=generator).tolist()
+            if len(pairs) and coin < 0.5:
+                waiting, producer = pairs[int(pick * len(pairs))]
+                op, target = (waiting, devices[producer]) if side < 0.5 else (producer, devices[waiting])
+            elif hot != cold and len(on_hot):
+                op, target = on_hot[int(pick * len(on_hot))], cold
+            else:
+                continue        # one device does all the work and no path crosses: nothing to move
+            row[np.unique(self.unit_of[self.groups.members(int(self.groups.unit_of[op]))])] = target
+        return rows
+
+
 class _Carrying:
     """The evaluator, each placement also simulated in the run's carried order (option carry_order; without
     it ``state.carried`` stays None and nothing changes)."""
@@ -336,6 +399,7 @@ class Update:
     outcomes: object
     entropy: float
     loss: float
+    search_rows: int = 0      # the last rows are search moves (option critical_share), not the policy's samples
 
 
 # one update: (placements to sample, generator, run state, the batch evaluator, the reward) -> Update
@@ -360,23 +424,31 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     if options.boundary_moves > 0 and options.deviate_from != "best":
         raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
                             f"placement so far)")
+    if not 0 <= options.critical_share < 1 or (options.critical_share > 0 and options.deviate_from != "best"):
+        raise DevplaceError(f"{name}: option critical_share={options.critical_share} must be in [0, 1) and needs "
+                            f"deviate_from=best (moves from the best placement so far)")
     if (options.layer_moves or options.module_moves > 0) and options.deviate_from != "best":
         raise DevplaceError(f"{name}: options layer_moves and module_moves need deviate_from=best (layers moved "
                             f"from the best placement so far)")
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
+    moves = CriticalMoves(graph, cluster, unit_of, options.orders()) if options.critical_share > 0 else None
 
     def step(k, generator, state, rollouts, reward) -> Update:
         noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
         around = centre(state) if options.deviate_from == "best" else None
-        fresh = int(options.fresh_share * k + 0.5) if around is not None else 0
-        drawn = sample(k - fresh, generator, noise, around) if fresh < k else None
+        searched = min(int(options.critical_share * k + 0.5), k - 1) if around is not None and moves else 0
+        fresh = min(int(options.fresh_share * k + 0.5), k - searched) if around is not None else 0
+        policy_k = k - searched
+        drawn = sample(policy_k - fresh, generator, noise, around) if fresh < policy_k else None
         if fresh:     # the last `fresh` rows are drawn from the policy whole, so a run can leave the best's basin
             whole = sample(fresh, generator, noise, None, fresh=True)
             drawn = whole if drawn is None else Sample(*(torch.cat([getattr(drawn, f), getattr(whole, f)])
                                                          for f in ("actions", "log_prob", "entropy")))
         unit_devices = drawn.actions.numpy()
+        if searched:  # option critical_share: rows the policy did not sample, so its update leaves them out
+            unit_devices = np.concatenate([unit_devices, moves.draw(around, state.carried, searched, generator)])
         outcomes = rollouts.evaluate(unit_devices)
-        rewards = reward(outcomes)
+        rewards = reward(outcomes)[:policy_k]
         if state.baseline is None:
             state.baseline = float(rewards.mean())
         advantage = rewards - state.baseline
@@ -393,7 +465,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
             torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
         optimizer.step()
         state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
-        return Update(unit_devices, outcomes, float(drawn.entropy.detach().mean()), float(loss.detach()))
+        return Update(unit_devices, outcomes, float(drawn.entropy.detach().mean()), float(loss.detach()), searched)
 
     return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone)
 
@@ -440,7 +512,9 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                 break
             k = min(options.samples_per_update, options.samples - state.samples)
             done = step(k, generator, state, _Carrying(rollouts, state), reward)
-            if _keep_best(state, done.unit_devices, done.outcomes) and options.carry_order and (
+            row = _keep_best(state, done.unit_devices, done.outcomes)
+            state.critical_bests += row is not None and row >= len(done.unit_devices) - done.search_rows
+            if row is not None and options.carry_order and (
                     state.init_step_us is None or state.best_step_us < state.init_step_us):
                 state.carried = whole.order_of(state.best_units[unit_of], state.carried)
             state.update += 1
@@ -469,18 +543,21 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                     "init_step_us": state.init_step_us, "init_fit": state.init_fit,
                     "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
+    if isinstance(options, ReinforceOptions) and options.critical_share > 0:
+        figures["critical_bests"] = state.critical_bests
     return Placement(devices=devices, priority=whole.order_of(devices, state.carried), options=figures)
 
 
-def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> bool:
-    """Keep the fastest fitting sample if it beats the best so far (True then), and the least overflow."""
-    improved = False
+def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> int | None:
+    """Keep the fastest fitting sample if it beats the best so far (its row then, else None), and the least
+    overflow."""
+    improved = None
     fits = np.flatnonzero(~outcomes.oom)
     if len(fits):
         i = int(fits[np.argmin(outcomes.step_us[fits])])
         if outcomes.step_us[i] < state.best_step_us:
             state.best_step_us, state.best_units = float(outcomes.step_us[i]), unit_devices[i].copy()
-            improved = True
+            improved = i
     i = int(np.argmin(outcomes.over_bytes))
     if outcomes.over_bytes[i] < state.least_over_bytes:
         state.least_over_bytes, state.least_peak_bytes = float(outcomes.over_bytes[i]), outcomes.peak_memory_bytes[i]
