@@ -58,7 +58,7 @@ from devplace.fileio import write_text_atomic
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mars import (BASELINES, MODELS, RUNS, WARM_STARTS, WITHIN, graph_and_cluster, learn, load_now,  # noqa: E402
                   model_names, reach, write_figure)
-from learned_placers import ROUND4  # noqa: E402
+from learned_placers import ROUND4, thinned  # noqa: E402
 from reproduce_papers import RESULTS  # noqa: E402
 
 # The targets a run's best-so-far is timed to: key -> (within, of what). The issue's floor is the 5% one of the best
@@ -85,8 +85,10 @@ ARMS = ABLATION | VARIANTS
 # result: ``mars.WARM_STARTS``), cloned until a sample is expected to move about 2 units from it;
 # up to 1,024 units, merged only where the warm start keeps the device; the decoder's unit input layer-normalised
 # (``devplace.learn.mars``). Each was measured before it was kept (``--study``).
+# Where the step order interleaves the layers (GNMT-4, not the other two) the units are the module layers whole
+# (``module_units``): Mars's slices of the step hold pieces of 1-7 of GNMT-4's 15 modules, so no decision moves one.
 DEVPLACE = dict(schedule_orders=ROUND4["schedule_orders"], init=WARM_STARTS, init_stop_deviations=2.0,
-                units_along_init=True, max_units=1024, normalize_units=True)
+                units_along_init=True, max_units=1024, normalize_units=True, module_units=True)
 CONFIGS = {"paper": {}, "devplace": DEVPLACE}
 # ``--study``: the pre-trained arm, seed 0, with devplace's variant and without each of its options in turn
 STUDY = {"devplace": DEVPLACE,
@@ -249,6 +251,79 @@ def run_all(names: list[str], arms: list[str], seeds: list[int], samples: int, c
                       flush=True)
 
 
+# ``--search``: the same units and warm start as the pre-trained arm's, searched without a policy, each seed at the
+# samples its pre-trained run drew: "random" draws every unit's device evenly; "local" moves each unit of the best
+# placement so far (the warm start until a sample beats it) with probability init_stop_deviations / units to another
+# device drawn evenly, what a cloned Mars sample moves at first. If Mars beats them at equal samples, the policy learned.
+SEARCHES = ("random", "local")
+
+
+def search_path(name: str, kind: str, samples: int, cap_s: float, seed: int, config: str) -> Path:
+    return RUNS / f"{name}-search-{kind}-{config}-{samples}-cap{cap_s:g}-seed{seed}.json"
+
+
+def unit_search(graph, cluster, options: dict, seed: int, samples: int, kind: str) -> dict:
+    """A ``SEARCHES`` run over Mars's units and warm start for ``options`` and ``seed``: ``samples`` placements (the
+    warm-start candidates counted first, as ``train`` counts them) in batches of ``samples_per_update``, scored as
+    Mars scores them; its curve, as a Mars run's, holds the searched samples' best only (seconds from the warm start
+    chosen on: Mars's curve also leaves out the placers' own time)."""
+    import time
+
+    import numpy as np
+
+    from devplace.learn.env import PlacementEnv
+    from devplace.learn.features import unit_majority
+    from devplace.learn.mars import MarsOptions, units_and_starts
+    from devplace.learn.train import fastest_start
+
+    settings = MarsOptions(**options)
+    load = load_now()
+    units, starts = units_and_starts(graph, cluster, settings, seed)
+    began = time.perf_counter()
+    init_us, spec = (lambda times, spec: (times[spec], spec))(*fastest_start(starts, PlacementEnv(
+        graph, cluster, np.arange(graph.n_ops), settings.orders())))
+    env, n_dev = PlacementEnv(graph, cluster, units.unit_of, settings.orders()), cluster.n_devices
+    start = unit_majority(starts[spec], units.unit_of, n_dev)
+    rng = np.random.default_rng(seed)
+    drawn, best_us, best, curve = len(starts), math.inf, start, []
+    while drawn < samples:
+        k = min(settings.samples_per_update, samples - drawn)
+        if kind == "random":
+            rows = rng.integers(0, n_dev, (k, units.n_units))
+        else:
+            centre = best if best_us < init_us else start
+            move = rng.random((k, units.n_units)) < settings.init_stop_deviations / units.n_units
+            rows = np.where(move, (centre + rng.integers(1, n_dev, (k, units.n_units))) % n_dev, centre)
+        outcomes = env.evaluate(rows)
+        fits = np.flatnonzero(~outcomes.oom)
+        if len(fits) and outcomes.step_us[fits].min() < best_us:
+            i = fits[np.argmin(outcomes.step_us[fits])]
+            best_us, best = float(outcomes.step_us[i]), rows[i].copy()
+        drawn += k
+        curve.append((drawn, round(time.perf_counter() - began, 3), best_us))
+    return {"best_step_us": min(best_us, init_us), "curve": thinned(curve), "samples": drawn, "init": spec,
+            "init_step_us": init_us, "seconds": round(time.perf_counter() - began, 1), "load_before": round(load, 1),
+            "load_after": round(load_now(), 1), "kind": kind}
+
+
+def run_searches(names: list[str], seeds: list[int], samples: int, cap_s: float, config: str) -> None:
+    """``SEARCHES`` on every model and seed whose pre-trained run exists, at that run's samples, kept under RUNS."""
+    for name in names:
+        graph, cluster = graph_and_cluster(name)
+        for seed in seeds:
+            mars_run = run_path(name, "mars", samples, cap_s, seed, config)
+            if not mars_run.exists():
+                continue
+            drawn = json.loads(mars_run.read_text())["samples"]
+            for kind in SEARCHES:
+                path = search_path(name, kind, samples, cap_s, seed, config)
+                if not path.exists():
+                    result = unit_search(graph, cluster, ARMS["mars"] | CONFIGS[config], seed, drawn, kind)
+                    write_text_atomic(path, json.dumps(result | {"seed": seed, "ops": graph.n_ops}, default=float) + "\n")
+                    print(f"  search {kind} seed {seed}: {result['best_step_us'] / 1e3:.2f} ms in {drawn} samples, "
+                          f"{result['seconds']} s", flush=True)
+
+
 def study_path(name: str, variant: str, samples: int, cap_s: float) -> Path:
     return RUNS / f"{name}-study-{variant}-{samples}-cap{cap_s:g}-seed0.json"
 
@@ -339,6 +414,9 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, con
     for name in names:
         arms = {arm: [json.loads(p.read_text()) for seed in seeds
                       if (p := run_path(name, arm, samples, cap_s, seed, config)).exists()] for arm in ARMS}
+        arms |= {f"search-{kind}": [json.loads(p.read_text()) for seed in seeds
+                                    if (p := search_path(name, kind, samples, cap_s, seed, config)).exists()]
+                 for kind in SEARCHES}
         arms = {arm: [r for r in runs if "curve" in r] for arm, runs in arms.items()}
         if not any(all(arms[arm] for arm in pair) for pair in PAIRS.values()):
             continue
@@ -346,8 +424,9 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, con
         baselines = {spec: json.loads(p.read_text()) for spec in BASELINES
                      if (p := RUNS / f"{name}-{spec}-{baseline_samples or samples}.json").exists()}
         found = [r["best_step_us"] for arm in ABLATION for r in arms.get(arm, [])]
+        searched = [r["best_step_us"] for arm in arms if arm.startswith("search-") for r in arms[arm]]
         mars_best = min(found)
-        best_known = min(found + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])
+        best_known = min(found + searched + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])
         for runs in arms.values():
             for r in runs:
                 for key, (within, of) in TARGETS.items():
@@ -390,8 +469,9 @@ def table(results: dict) -> str:
                 lines.append("| " + " | ".join([
                     MODELS[name][0], arm, str(r["seed"]), f"{r['best_step_us'] / 1e3:.1f}",
                     *(_cell(r[f"samples_{k}"], r[f"seconds_{k}"]) for k in TARGETS), str(r["samples"]),
-                    f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}", f"{r['encoder_drift']:.3f}",
-                    *(_figure(r.get(key)) for key in ("embedding_kl", "uniform_kl", "logit_change"))]) + " |")
+                    f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}",
+                    *(_figure(r.get(key)) for key in ("encoder_drift", "embedding_kl", "uniform_kl", "logit_change"))])
+                    + " |")
     lines += ["", "Medians over seeds; a run that did not reach a target counts all its samples (seconds).", "",
               "| model | best known (ms) | Mars's best (ms) | arm | median best (ms) | "
               + " | ".join(f"median samples (s) to {TARGET_NAMES[k]} (reached)" for k in TARGETS) + " |",
@@ -465,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
                         "devplace: devplace's variant added to every arm (DEVPLACE)")
     parser.add_argument("--baseline-samples", type=int, default=None, help="read mars.py's baselines (best known) "
                         "made with this many samples (default: --samples)")
+    parser.add_argument("--search", action="store_true", help="only run SEARCHES (no policy) over the pre-trained "
+                        "arm's units and warm start, each seed at the samples its pre-trained run drew")
     parser.add_argument("--study", action="store_true", help="only measure devplace's variant without each of its "
                         "options in turn (STUDY: pre-trained encoder, seed 0)")
     args = parser.parse_args(argv)
@@ -479,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.study:
         print(study(names, args.samples, args.time_cap_s))
+        return 0
+    if args.search:
+        run_searches(names, seeds, args.samples, args.time_cap_s, args.config)
         return 0
     if not args.report:
         run_all(names, arms, seeds, args.samples, args.time_cap_s, args.config)

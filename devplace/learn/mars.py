@@ -83,11 +83,23 @@ class MarsOptions(WholePlacementOptions):
                                           "dwarfed by the previous device's embedding beside them (devplace's variant)")
     units_along_init: bool = option(False, "with init: beyond max_units, merge units without crossing a device change "
                                            "of the warm start, so the units can hold it (devplace's variant)")
+    module_units: bool = option(False, "where the step order interleaves the layers (a recurrent net such as GNMT), "
+                                       "the units are the module layers whole (a module over all its time steps, with "
+                                       "its backward and update ops; sim-search's layer move), so the policy places "
+                                       "modules; elsewhere no change (devplace's variant)")
 
 
-def mars_units(graph, max_units: int, along: np.ndarray | None = None):
+def mars_units(graph, max_units: int, along: np.ndarray | None = None, modules: bool = False):
     """Colocation groups plus single-consumer chains, at most ``max_units`` of them, as ``Units``; merged
-    without crossing a device change of the per-op placement ``along`` when given (option units_along_init)."""
+    without crossing a device change of the per-op placement ``along`` when given (option units_along_init).
+    With ``modules`` (option module_units), where the step order interleaves the layers, the module layers
+    instead (``train.module_labels``): there a slice of the step holds pieces of several modules (GNMT-4's
+    256 evenly merged units hold pieces of 1-7 of its 15), so no decision moves a module whole."""
+    from devplace.learn.train import module_labels
+
+    module_of_op = module_labels(graph, np.arange(graph.n_ops)) if modules else None
+    if module_of_op is not None:
+        return capped_units(graph, module_of_op, max_units)
     labels = coplacement_groups(graph, single_consumer=True, mirror=False)
     return capped_units(graph, labels, max_units) if along is None else capped_units_along(graph, labels, max_units, along)
 
@@ -99,10 +111,10 @@ def units_and_starts(graph, cluster, options: MarsOptions, seed: int):
     from devplace.learn.train import fastest_start, warm_start
 
     if not options.units_along_init:
-        return mars_units(graph, options.max_units), None
+        return mars_units(graph, options.max_units, modules=options.module_units), None
     starts = warm_start(NAME, graph, cluster, options.init, seed)
     spec = fastest_start(starts, PlacementEnv(graph, cluster, np.arange(graph.n_ops), options.orders()))[1]
-    return mars_units(graph, options.max_units, None if spec is None else starts[spec]), starts
+    return mars_units(graph, options.max_units, None if spec is None else starts[spec], options.module_units), starts
 
 
 def _check(options: MarsOptions) -> None:
