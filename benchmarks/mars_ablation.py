@@ -26,7 +26,9 @@ the embedding dependence of the trained policy (``embedding_kl``: the mean KL di
 decision, between the policy's device distribution with each unit's own embedding and with the
 embeddings permuted among the units); ``--at-start`` measures the same of the untrained policies,
 with the scale of what the decoder reads (``at_start``). ``VARIANTS`` (other PPO settings of the
-pre-trained arm) are reported beside, on the same targets, when they have runs.
+pre-trained arm) are reported beside, on the same targets, when they have runs; so are ``SEARCHES``
+(``--search``: the pre-trained arm's units and warm start searched without a policy at each seed's samples),
+which tell what the policy adds to its units.
 
     .venv/bin/python benchmarks/mars.py --part baselines --samples 1600      # best known (sim-search etc.)
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --arms mars-frozen,mars-no-pretrain-frozen
@@ -35,6 +37,10 @@ pre-trained arm) are reported beside, on the same targets, when they have runs.
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --at-start
     .venv/bin/python benchmarks/mars_ablation.py --seeds 0,1,2 --samples 1600 --time-cap-s 400 --report
     .venv/bin/python benchmarks/mars_ablation.py --config devplace --seeds 0,1,2,3 --samples 2000 --time-cap-s 75   # 10 min a model
+    .venv/bin/python benchmarks/mars.py --part baselines --models gnmt4 --samples 2000        # sim-search at its default budget
+    .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37
+    .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37 --search
+    .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37 --baseline-samples 2000 --report
 
 Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
 ``benchmarks/results/mars_ablation_SAMPLES.json`` and ``.png`` (``report_name``: one pair per budget,
@@ -64,10 +70,12 @@ from reproduce_papers import RESULTS  # noqa: E402
 # The targets a run's best-so-far is timed to: key -> (within, of what). The issue's floor is the 5% one of the best
 # known placement; where a warm start's first batch already meets it, the stricter 2% one can still separate the arms.
 STRICT = 0.02
+# With ``--search`` runs, "best found" also counts the policy-free searches over Mars's units (they are not Mars
+# and not a baseline the issue names, so the floor's best known leaves them out; both are reported).
 TARGETS = {"to_best_known": (WITHIN, "best_known_us"), "to_best_known_strict": (STRICT, "best_known_us"),
-           "to_mars_best": (WITHIN, "mars_best_us")}
+           "to_mars_best": (WITHIN, "mars_best_us"), "to_best_found": (WITHIN, "best_found_us")}
 TARGET_NAMES = {"to_best_known": "5% of best known", "to_best_known_strict": "2% of best known",
-                "to_mars_best": "5% of Mars's best"}
+                "to_mars_best": "5% of Mars's best", "to_best_found": "5% of best found (searches too)"}
 
 
 ABLATION = {"mars": {}, "mars-no-pretrain": {"pretrained": False},
@@ -425,13 +433,13 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, con
                      if (p := RUNS / f"{name}-{spec}-{baseline_samples or samples}.json").exists()}
         found = [r["best_step_us"] for arm in ABLATION for r in arms.get(arm, [])]
         searched = [r["best_step_us"] for arm in arms if arm.startswith("search-") for r in arms[arm]]
-        mars_best = min(found)
-        best_known = min(found + searched + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])
+        best_of = {"mars_best_us": min(found),
+                   "best_known_us": min(found + [b["best_step_us"] for b in baselines.values() if "best_step_us" in b])}
+        best_of["best_found_us"] = min([best_of["best_known_us"]] + searched)
         for runs in arms.values():
             for r in runs:
                 for key, (within, of) in TARGETS.items():
-                    target = best_known if of == "best_known_us" else mars_best
-                    r[f"samples_{key}"], r[f"seconds_{key}"] = reach(r["curve"], (1 + within) * target)
+                    r[f"samples_{key}"], r[f"seconds_{key}"] = reach(r["curve"], (1 + within) * best_of[of])
         summary = {}
         for arm, runs in arms.items():
             summary[arm] = {"median_best_step_us": statistics.median(r["best_step_us"] for r in runs),
@@ -442,8 +450,7 @@ def assemble(names: list[str], seeds: list[int], samples: int, cap_s: float, con
                 summary[arm][f"median_samples_{key}"], summary[arm][f"reached_{key}"] = median_reach(runs, key)
                 summary[arm][f"median_seconds_{key}"] = median_reach(runs, key, "seconds")[0]
         starts = [json.loads(p.read_text()) for seed in seeds if (p := start_path(name, seed)).exists()]
-        results[name] = {"arms": arms, "summary": summary, "pairs": compare_pairs(arms), "at_start": starts,
-                         "best_known_us": best_known, "mars_best_us": mars_best,
+        results[name] = {"arms": arms, "summary": summary, "pairs": compare_pairs(arms), "at_start": starts, **best_of,
                          "baselines": {k: v.get("best_step_us") for k, v in baselines.items()},
                          "samples": samples, "time_cap_s": cap_s, "seeds": seeds, "config": config,
                          "baseline_samples": baseline_samples or samples,
