@@ -25,8 +25,10 @@ policy before PPO starts, shared with every learner by ``train``), ``units_along
 ``max_units``, units merge only where the warm start keeps the device, so they can hold it: merged
 evenly, a unit of GNMT-4's 256 spans about 97 ops of several of the expert's layers, and the expert's
 projection on them is 3x slower), ``init_stop_deviations`` (cloning stops while samples still move a
-few units, so PPO explores around the warm start) and ``normalize_units`` (the decoder's unit input
-layer-normalised, ``marsnet``).
+few units, so PPO explores around the warm start), ``normalize_units`` (the decoder's unit input
+layer-normalised, ``marsnet``) and ``module_units`` (where the step order interleaves the layers, as GNMT's
+do, the units are the module layers whole: 15 on GNMT-4, where a local search over them without a policy
+beats Mars's PPO at equal samples; BENCHMARKS.md says by how much).
 
 The paper reports the step times Mars finds and that pre-training cut training time by 13.2%; it
 gives no hyper-parameters. Ours are CleanRL's PPO defaults where PPO has one (``MarsOptions`` says
