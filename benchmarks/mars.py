@@ -144,11 +144,14 @@ def equal_time(graph, cluster, run: str, budget_s: float) -> dict:
 
 def equal_time_table(names: list[str], budget_s: float, ablation: str) -> str:
     """``--part equal-time``'s runs beside Mars's (the ablation report ``ablation``: the pre-trained arm's best
-    and median over its seeds), margins against the best of the others; written to ``mars_equal_time.json``."""
+    and median over its seeds), margins against the best of the others; written to ``mars_equal_time.json``, whose
+    other models' entries (earlier rounds, other ablation reports) are kept."""
     mars = json.loads((RESULTS / f"{ablation}.json").read_text())
-    results, lines = {}, ["| model | Mars, pre-trained: best / median of seeds (ms) | s per seed | "
-                          + " | ".join(EQUAL_TIME) + " | Mars's best against the best of them (+: Mars faster) | paper's Mars margin |",
-                          "|" + "---|" * (5 + len(EQUAL_TIME))]
+    path = RESULTS / "mars_equal_time.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    lines = ["| model | Mars, pre-trained: best / median of seeds (ms) | s per seed | " + " | ".join(EQUAL_TIME)
+             + " | Mars's best against the best of them (+: Mars faster) | paper's Mars margin |",
+             "|" + "---|" * (5 + len(EQUAL_TIME))]
     for name in names:
         runs = {run: json.loads(p.read_text()) for run in EQUAL_TIME if (p := equal_time_path(name, run, budget_s)).exists()}
         if name not in mars or not runs:
@@ -158,13 +161,14 @@ def equal_time_table(names: list[str], budget_s: float, ablation: str) -> str:
         others = min(r["best_step_us"] for r in runs.values())
         paper = PAPER[name]
         results[name] = {"mars_best_us": best, "mars_median_us": median, "runs": runs, "budget_s": budget_s,
-                         "mars_margin": 1 - best / others, "paper_margin": 1 - paper["mars_s"] / paper["best_previous_s"]}
+                         "ablation": ablation, "mars_margin": 1 - best / others,
+                         "paper_margin": 1 - paper["mars_s"] / paper["best_previous_s"]}
         cells = [f"{runs[r]['best_step_us'] / 1e3:.1f} ({runs[r].get('samples', '-')} samples, {runs[r]['seconds']:.0f} s)"
                  if r in runs else "-" for r in EQUAL_TIME]
         lines.append(f"| {MODELS[name][0]} | {best / 1e3:.1f} / {median / 1e3:.1f} | {mars[name]['time_cap_s']:g} | "
                      + " | ".join(cells) + f" | {results[name]['mars_margin']:+.1%} | "
                      f"{results[name]['paper_margin']:+.1%} |")
-    write_text_atomic(RESULTS / "mars_equal_time.json", json.dumps(results, indent=1, default=float) + "\n")
+    write_text_atomic(path, json.dumps(results, indent=1, default=float) + "\n")
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ import devplace as dp
 from devplace.errors import DevplaceError
 from devplace.placers import available
 
-from test_learn import fast_and_slow, two_chains
+from test_learn import SLOW_LINK, fast_and_slow, two_chains
 
 torch = pytest.importorskip("torch")
 
@@ -334,3 +334,25 @@ def test_init_stop_deviations_ends_cloning_while_samples_still_move_a_few_units(
     assert 0 < stopped["init_updates_done"] < 60 == full["init_updates_done"]
     assert units * (1 - stopped["init_fit"]) <= 5.0 + 1e-6      # the fit it stopped at (geometric mean)
     assert full["init_fit"] > stopped["init_fit"]
+
+
+def test_module_units_place_module_layers_whole_where_layers_interleave():
+    """Option module_units: where the step order interleaves the layers (two modules taking turns, as GNMT's do
+    over time steps), Mars's units are the modules whole, so each decision moves a module with its backward ops
+    and weights, and the placement returned keeps every module on one device; Mars's own units (colocation
+    groups and single-consumer chains) run along the step and hold pieces of both. Where each layer runs once
+    nothing changes."""
+    from test_baselines import scoped_step
+
+    from devplace.learn.train import module_labels
+
+    g = scoped_step([(f"layers.{k % 2}", 10.0, 100.0) for k in range(4)])
+    modules = module_labels(g, np.arange(g.n_ops))
+    own, whole = mars_units(g, 256), mars_units(g, 256, modules=True)
+    assert whole.n_units == 2 and all(len(set(modules[whole.unit_of == u])) == 1 for u in range(whole.n_units))
+    assert any(len(set(modules[own.unit_of == u])) > 1 for u in range(own.n_units))     # without it, mixed units
+    once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
+    assert (mars_units(once, 256, modules=True).unit_of == mars_units(once, 256).unit_of).all()
+    placed = dp.place(g, SLOW_LINK, algo="mars", seed=0, samples=16, module_units=True, **FAST)
+    assert placed.options["units"] == 2
+    assert all(len(set(placed.devices[modules == m].tolist())) == 1 for m in np.unique(modules))

@@ -25,8 +25,10 @@ policy before PPO starts, shared with every learner by ``train``), ``units_along
 ``max_units``, units merge only where the warm start keeps the device, so they can hold it: merged
 evenly, a unit of GNMT-4's 256 spans about 97 ops of several of the expert's layers, and the expert's
 projection on them is 3x slower), ``init_stop_deviations`` (cloning stops while samples still move a
-few units, so PPO explores around the warm start) and ``normalize_units`` (the decoder's unit input
-layer-normalised, ``marsnet``).
+few units, so PPO explores around the warm start), ``normalize_units`` (the decoder's unit input
+layer-normalised, ``marsnet``) and ``module_units`` (where the step order interleaves the layers, as GNMT's
+do, the units are the module layers whole: 15 on GNMT-4, where a local search over them without a policy
+beats Mars's PPO at equal samples; BENCHMARKS.md says by how much).
 
 The paper reports the step times Mars finds and that pre-training cut training time by 13.2%; it
 gives no hyper-parameters. Ours are CleanRL's PPO defaults where PPO has one (``MarsOptions`` says
@@ -83,11 +85,23 @@ class MarsOptions(WholePlacementOptions):
                                           "dwarfed by the previous device's embedding beside them (devplace's variant)")
     units_along_init: bool = option(False, "with init: beyond max_units, merge units without crossing a device change "
                                            "of the warm start, so the units can hold it (devplace's variant)")
+    module_units: bool = option(False, "where the step order interleaves the layers (a recurrent net such as GNMT), "
+                                       "the units are the module layers whole (a module over all its time steps, with "
+                                       "its backward and update ops; sim-search's layer move), so the policy places "
+                                       "modules; elsewhere no change (devplace's variant)")
 
 
-def mars_units(graph, max_units: int, along: np.ndarray | None = None):
+def mars_units(graph, max_units: int, along: np.ndarray | None = None, modules: bool = False):
     """Colocation groups plus single-consumer chains, at most ``max_units`` of them, as ``Units``; merged
-    without crossing a device change of the per-op placement ``along`` when given (option units_along_init)."""
+    without crossing a device change of the per-op placement ``along`` when given (option units_along_init).
+    With ``modules`` (option module_units), where the step order interleaves the layers, the module layers
+    instead (``train.module_labels``): there a slice of the step holds pieces of several modules (GNMT-4's
+    256 evenly merged units hold pieces of 1-7 of its 15), so no decision moves a module whole."""
+    from devplace.learn.train import module_labels
+
+    module_of_op = module_labels(graph, np.arange(graph.n_ops)) if modules else None
+    if module_of_op is not None:
+        return capped_units(graph, module_of_op, max_units)
     labels = coplacement_groups(graph, single_consumer=True, mirror=False)
     return capped_units(graph, labels, max_units) if along is None else capped_units_along(graph, labels, max_units, along)
 
@@ -99,10 +113,10 @@ def units_and_starts(graph, cluster, options: MarsOptions, seed: int):
     from devplace.learn.train import fastest_start, warm_start
 
     if not options.units_along_init:
-        return mars_units(graph, options.max_units), None
+        return mars_units(graph, options.max_units, modules=options.module_units), None
     starts = warm_start(NAME, graph, cluster, options.init, seed)
     spec = fastest_start(starts, PlacementEnv(graph, cluster, np.arange(graph.n_ops), options.orders()))[1]
-    return mars_units(graph, options.max_units, None if spec is None else starts[spec]), starts
+    return mars_units(graph, options.max_units, None if spec is None else starts[spec], options.module_units), starts
 
 
 def _check(options: MarsOptions) -> None:
