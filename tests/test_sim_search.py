@@ -329,15 +329,18 @@ def test_layer_move_puts_a_whole_module_with_its_backward_ops_and_weights_on_ano
         assert moved >= {n for n, s in scope.items() if s in layer}     # all of it: weights, forward, backward
 
 
-def two_recurrent_layers(steps: int = 4) -> dp.OpGraph:
-    """Two independent recurrent layers taking turns over ``steps`` time steps (each step's op reads
-    the layer's previous one): the fastest split is one whole layer per device."""
+def recurrent_layers(n_layers: int = 2, steps: int = 4, pair_bytes: float = 0.0) -> dp.OpGraph:
+    """``n_layers`` independent recurrent layers taking turns over ``steps`` time steps (each step's op
+    reads the layer's previous one); with ``pair_bytes``, each odd layer also reads the layer before it
+    at the same step over an edge of that many bytes, so the two want one device."""
     b = GraphBuilder(["gpu"])
     for t in range(steps):
-        for k in range(2):
+        for k in range(n_layers):
             b.add_op(f"l{k}_t{t}", compute_us=100.0, output_bytes=10.0)
             if t:
                 b.add_edge(f"l{k}_t{t - 1}", f"l{k}_t{t}", bytes=10.0)
+            if pair_bytes and k % 2:
+                b.add_edge(f"l{k - 1}_t{t}", f"l{k}_t{t}", bytes=pair_bytes)
     b.meta["op_scope"] = [f"layers.{name[1]}" for name in b.build().names]
     return b.build()
 
@@ -346,8 +349,8 @@ def test_layer_descent_puts_each_interleaved_layer_whole_on_its_own_device():
     """From one device (the only seed, no annealing), the descent moves one layer, all time steps,
     to the other device: the step halves. With the descent off the search keeps the seed; on a graph
     whose layers run once each no descent runs, so its evals are the same either way."""
-    g, c = two_recurrent_layers(), uniform_cluster(2)
-    config = dict(seeds=("single",), pipeline_starts=False, max_evals=0)
+    g, c = recurrent_layers(), uniform_cluster(2)
+    config = dict(seeds=("single",), pipeline_starts=False, max_evals=0, layer_search_evals=0)
     on = dp.place(g, c, "sim-search", seed=0, **config)
     off = dp.place(g, c, "sim-search", seed=0, layer_descent_evals=0, **config)
     assert off.options["step_us"] == pytest.approx(800.0)
@@ -362,3 +365,19 @@ def test_layer_descent_puts_each_interleaved_layer_whole_on_its_own_device():
     runs = [dp.place(once, c, "sim-search", seed=0, max_evals=50, layer_descent_evals=n) for n in (0, 3000)]
     assert runs[0].options["evals"] == runs[1].options["evals"]
     assert np.array_equal(runs[0].devices, runs[1].devices)
+
+
+def test_layer_search_moves_layers_together_where_one_layer_moves_are_all_slower():
+    """All on one device (1,600 us), every one-layer move is slower (the moved layer's partner waits
+    2,000 us for its edge), so the greedy descent stays; the layer search's moves of several layers
+    at once put each coupled pair on its own device (800 us)."""
+    g, c = recurrent_layers(4, pair_bytes=2e7), uniform_cluster(2)  # 2,000 us per pair edge
+    config = dict(seeds=("single",), pipeline_starts=False, max_evals=0)
+    off = dp.place(g, c, "sim-search", seed=0, layer_search_evals=0, **config)
+    on = dp.place(g, c, "sim-search", seed=0, **config)
+    assert off.options["step_us"] == pytest.approx(1600.0)
+    assert on.options["step_us"] == pytest.approx(800.0)
+    assert on.options["found_by"].startswith("layer search")
+    device = dict(zip(g.names, on.devices.tolist()))
+    pair = [{device[f"l{k}_t{t}"] for t in range(4) for k in ks} for ks in ((0, 1), (2, 3))]
+    assert all(len(p) == 1 for p in pair) and pair[0] != pair[1]
