@@ -402,22 +402,55 @@ def _interval_excess_us(t1, c_us, x, y, alpha, beta, p, m):
 
 
 def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
-    """Paths whose ops cannot all share a device pay for the cuts memory forces on them.
+    """Paths whose ops cannot all share a device pay for the cuts memory forces on them, and for
+    the chords (residual skips) those cuts make cross too.
 
-    For a path, take its ops at their fastest times plus the larger of two least cut costs:
-    (a) split the path into consecutive segments, each holding units whose persistent bytes fit
-    the largest device, at the least total cut cost of the edges between segments (a dynamic
-    program along the path); (b) if its units' persistent bytes need k devices (the k largest
-    memories are the fewest that hold them), the k - 1 cheapest cuttable edges on it.
+    For a path P = v_0 .. v_m (edge i joins v_i and v_i+1), take its ops at their fastest times p
+    plus the larger of two least cut costs: (a) split P into consecutive *runs*, each holding units
+    whose persistent bytes fit the largest device, at the least total cut cost of the edges between
+    runs plus the *chord charges* below (a dynamic program along P, ``_path_cut_us``); (b) if its
+    units' persistent bytes need k devices (the k largest memories are the fewest that hold them),
+    the k - 1 cheapest cuttable edges on it.
+
+    A *chord* is an edge x = v_a -> w = v_b off P with b >= a + 2 and a finite cut cost c_xw (the
+    largest over such edges between the two: one transfer carries them); its *span* is path edges
+    a .. b - 1, and I = p_a+1 + ... + p_b-1 the path's time strictly inside it. Chords with
+    c_xw > I are taken, most excess first, skipping any whose span meets a taken one (spans
+    disjoint). With cuts K inside a span and S = p_a + .. + p_b-1:
+    - K = {e}: charge max(0, c_xw - c_a) if e = a, else max(0, p_a + c_xw + q1 Q_e - S - c_e), with
+      Q_e = c_e + min(p_a+1 + .. + p_e, p_e+1 + .. + p_b-1) and q1 = 1 unless the model is
+      ``pipelined`` (else 0);
+    - K = {f, e}, f < e, when the path does not come back to x's run before w (x and w apart):
+      charge max(0, p_a + c_xw + q2 Q_e - S - c_f - c_e), q2 = 1 for ``sequential`` and ``duplex``;
+    - otherwise nothing; but if the path leaves x's run at the first cut in the span and returns to
+      it at the last (a *hole*), the run holding x and the one holding w must fit one device together.
 
     Proof: in a valid placement, a run of consecutive path ops on one device holds its units on
     that device (F4), so their persistent bytes fit it (F3): the device changes along the path
-    split it into segments as in (a), and each change is a cut edge. The path's units sit on at
+    split it into runs as in (a), and each change is a cut edge. The path's units sit on at
     least k devices, so the device changes at least k - 1 times (b). Each cut edge delays its
-    consumer by at least its cut cost (F2) and each op runs at least its fastest time (F1): the
-    last op on the path finishes no earlier than the sum. Any path gives a valid bound; the ones
-    tried are the longest paths for op weights fastest time + lambda x persistent bytes over a
-    range of lambda (the critical path first)."""
+    consumer by at least its cut cost (F2) and each op runs at least its fastest time (F1): from
+    start(v_i) to start(v_i+1) at least p_i, plus c_i if edge i is cut. Within a span the chord adds
+    start(w) >= finish(x) + the transfer of x to w's device when they are apart (F2), and
+    finish(x) >= start(x) + p_a. One cut e = a: x's one transfer to w's device carries the path edge
+    and the chord, so it lasts at least max(c_a, c_xw) (F2). One cut e > a: x's device is every op's
+    from a to e, w's every op's from e + 1 to b, so x's transfer and v_e's both go from x's device to
+    w's and hold the same channel one after the other (``sim/channels.py``: pair channel, the two
+    devices' channels, or the sender's channel; under ``pipelined`` a sized transfer holds it only
+    for its bytes, so q1 = 0), each at least its cut cost. If x's goes first, v_e's begins no
+    earlier than finish(x) + c_xw and v_e+1 .. v_b-1 run after it arrives: start(w) >= finish(x) +
+    c_xw + c_e + p_e+1 + .. + p_b-1. If v_e's goes first, x's begins no earlier than finish(v_e) +
+    c_e >= finish(x) + p_a+1 + .. + p_e + c_e: start(w) >= finish(x) + that + c_xw. Either way
+    start(w) >= start(x) + p_a + c_xw + Q_e. Two cuts with x and w apart: v_e's transfer and x's
+    both end on w's device and hold its channel (``sequential``) or its receive channel
+    (``duplex``), and the same two orders give the same sum. With x and w together, x's run and w's run share a device and fit it (F3):
+    the dynamic program's hole step (x's run, then the first and last cuts, then w's run, checked
+    together) covers such placements; the ops in between are not charged memory, only the two cuts.
+    So start(w) - start(x) is at least S plus the cuts in the span plus the charge, spans do not
+    share edges, and the last op on P finishes no earlier than the sum of p, the cuts and the
+    charges; the dynamic program takes the least over every split a placement can make. Any path
+    gives a valid bound; the ones tried are the longest paths for op weights fastest time + lambda x
+    persistent bytes over a range of lambda (the critical path first)."""
     if graph.n_edges == 0:
         return float(rel.fastest_us.max(initial=0.0))
     capacity = np.sort(cluster.memory_bytes)[::-1]
@@ -426,6 +459,8 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     scale = max(float(rel.fastest_us.sum()), 1e-9) / max(float(capacity[0]), 1.0)
     best = 0.0
     zero_edges = np.zeros(graph.n_edges)
+    pair_queue = cluster.comm_model != "pipelined"         # x -> w's device and the cut share a channel
+    end_queue = cluster.comm_model in ("sequential", "duplex")   # two transfers into w's device do
     for k in range(n_paths):
         weight = rel.fastest_us + (0.0 if k == 0 else scale * 2.0 ** (k - n_paths // 2)) * op_bytes
         level, parent = _longest_paths(graph, weight, zero_edges)
@@ -435,7 +470,9 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
         if held <= capacity[0]:      # the whole path fits one device: no cut is forced on it
             best = max(best, float(rel.fastest_us[path_ops].sum()))
             continue
-        cuts = _segment_cut_us(units, rel.unit_bytes, cut_us[path_edges], float(capacity[0]))
+        span_of, span_first, span_last, chord_us = _chord_spans(graph, rel, path_ops)
+        cuts = _path_cut_us(units, rel.unit_bytes.astype(np.float64), rel.fastest_us[path_ops], cut_us[path_edges],
+                            float(capacity[0]), span_of, span_first, span_last, chord_us, pair_queue, end_queue)
         devices_needed = int(np.searchsorted(np.cumsum(capacity), held * (1 - 1e-12))) + 1
         cheapest = np.sort(cut_us[path_edges])[: devices_needed - 1].sum()
         if devices_needed > len(capacity) or not np.isfinite(max(cuts, cheapest)):
@@ -763,27 +800,153 @@ def _trace(graph, level: np.ndarray, parent: np.ndarray):
     return np.array(ops[::-1], dtype=np.int64), np.array(edges[::-1], dtype=np.int64)
 
 
+def _chord_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64):
+    """Per path edge, the span it lies in (-1: none), and per span its first and last path position
+    and the cut cost of its chord: disjoint spans between path ops joined by an edge off the path (a
+    chord, e.g. a residual skip) whose cut cost exceeds the path's time strictly between its ends
+    (other chords could never raise ``memory_path_us``), most such excess first."""
+    m = len(path_ops)
+    position = np.full(graph.n_ops, -1, np.int64)
+    position[path_ops] = np.arange(m)
+    a, b = position[graph.edge_src], position[graph.edge_dst]
+    chord = (a >= 0) & (b >= a + 2) & (b - a <= max_span) & np.isfinite(rel.cut_us)
+    pairs, inverse = np.unique(np.stack([a[chord], b[chord]]), axis=1, return_inverse=True)
+    cost = np.zeros(pairs.shape[1])
+    np.maximum.at(cost, np.ravel(inverse), rel.cut_us[chord])       # one transfer: its longest edge
+    before = np.concatenate([[0.0], np.cumsum(rel.fastest_us[path_ops])])
+    excess = cost - (before[pairs[1]] - before[pairs[0] + 1])
+    span_of = np.full(max(m - 1, 0), -1, np.int64)
+    first, last, chord_us = [], [], []
+    for k in np.argsort(-excess, kind="mergesort"):
+        x, w = int(pairs[0, k]), int(pairs[1, k])
+        if excess[k] <= 0:
+            break
+        if np.any(span_of[x:w] >= 0):
+            continue
+        span_of[x:w] = len(first)
+        first.append(x), last.append(w), chord_us.append(cost[k])
+    order = np.argsort(np.array(first, np.int64))           # numbered along the path
+    renumber = np.empty(len(order), np.int64)
+    renumber[order] = np.arange(len(order))
+    span_of[span_of >= 0] = renumber[span_of[span_of >= 0]]
+    return (span_of, np.array(first, np.int64)[order], np.array(last, np.int64)[order],
+            np.array(chord_us, np.float64)[order])
+
+
 @njit(cache=True)
-def _segment_cut_us(units, unit_bytes, edge_cut_us, capacity):
-    """Least total cost of the edges cut to split a path into runs whose distinct units' bytes fit
-    ``capacity`` (edge ``i`` joins path ops ``i`` and ``i + 1``; an inf edge cannot be cut)."""
-    n = units.shape[0]
-    cost = np.full(n + 1, np.inf)        # cost[j]: ops 0..j-1 covered, a segment ends at j - 1
-    cost[0] = 0.0
+def _chord_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, chord_us, before,
+                     pair_queue, end_queue):
+    """What a chord adds to the cuts of its span when the span's last cut is edge ``e`` (states of
+    ``_path_cut_us``: 0 one cut, 1 three or more, 2 + k two, the first k + 1 edges before ``e``)."""
+    if e < 0 or span_of[e] < 0 or state == 1:
+        return 0.0
+    s = span_of[e]
+    a, b, chord = span_first[s], span_last[s], chord_us[s]
+    inside = before[b] - before[a]          # S: the path from the start of x to the start of w
+    if state == 0 and e == a:               # x's one transfer to w's device carries both edges
+        return max(0.0, chord - edge_cut_us[a])
+    cuts = edge_cut_us[e] if state == 0 else edge_cut_us[e - (state - 2) - 1] + edge_cut_us[e]
+    queued = 0.0
+    if pair_queue if state == 0 else end_queue:     # the two transfers take turns on one channel
+        queued = edge_cut_us[e] + min(before[e + 1] - before[a + 1], before[b] - before[e + 1])
+    return max(0.0, time_us[a] + chord + queued - inside - cuts)
+
+
+@njit(cache=True)
+def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, span_first, span_last, chord_us,
+                 pair_queue, end_queue):
+    """Least cost of the cuts of a path and what its chords add to them, over the ways to split it
+    into runs that fit ``capacity`` (``memory_path_us``; edge ``i`` joins path ops ``i`` and ``i + 1``,
+    an inf edge cannot be cut). A chord's two ends share a device only across a *hole*: the path
+    leaves x's run inside the span and comes back before w, and x's and w's runs fit together."""
+    m = units.shape[0]
+    width = 2
+    for s in range(span_first.shape[0]):
+        width = max(width, span_last[s] - span_first[s] + 1)
+    # value[e + 1, state]: least cost so far when the last cut is edge e (-1: none yet)
+    value = np.full((m, width), np.inf)
+    value[0, 0] = 0.0
+    before = np.zeros(m + 1)
+    for i in range(m):
+        before[i + 1] = before[i] + time_us[i]
     seen = np.full(unit_bytes.shape[0], -1, np.int64)
-    for j in range(1, n + 1):
-        held = 0.0
-        for i in range(j - 1, -1, -1):   # segment i..j-1
-            u = units[i]
-            if seen[u] != j:
-                seen[u] = j
-                held += unit_bytes[u]
-            if held > capacity:
+    home = np.full(unit_bytes.shape[0], -1, np.int64)
+    stamp = 0
+    best = np.inf
+    for e in range(-1, m - 1):
+        out = np.inf                       # least cost with e's span closed
+        for state in range(width):
+            v = value[e + 1, state]
+            if v == np.inf:
+                continue
+            charge = _chord_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, chord_us,
+                                      before, pair_queue, end_queue)
+            out = min(out, v + charge)
+            stamp += 1
+            held = 0.0
+            for e2 in range(e + 1, m):     # the run e + 1 .. e2, then a cut at e2 (or the path's end)
+                u = units[e2]
+                if seen[u] != stamp:
+                    seen[u] = stamp
+                    held += unit_bytes[u]
+                if held > capacity:
+                    break
+                if e2 == m - 1:
+                    best = min(best, v + charge)
+                    break
+                c = edge_cut_us[e2]
+                if c == np.inf:
+                    continue
+                if e >= 0 and span_of[e] >= 0 and span_of[e2] == span_of[e]:
+                    nxt = 2 + (e2 - e - 1) if state == 0 else 1
+                    value[e2 + 1, nxt] = min(value[e2 + 1, nxt], v + c)
+                else:
+                    value[e2 + 1, 0] = min(value[e2 + 1, 0], v + charge + c)
+        if out == np.inf:
+            continue
+        # holes: x's run starts at e + 1, leaves at edge h1 in a span, returns at edge h2 before w
+        stamp += 1
+        home_id = stamp
+        held_home = 0.0
+        i = e + 1                          # next position to add to x's run
+        for s in range(span_first.shape[0]):
+            a, b = span_first[s], span_last[s]
+            if a <= e:
+                continue
+            for h1 in range(a, b - 1):
+                while i <= h1 and held_home <= capacity:
+                    u = units[i]
+                    if home[u] != home_id:
+                        home[u] = home_id
+                        held_home += unit_bytes[u]
+                    i += 1
+                if held_home > capacity:
+                    break
+                if edge_cut_us[h1] == np.inf:
+                    continue
+                for h2 in range(h1 + 1, b):
+                    if edge_cut_us[h2] == np.inf:
+                        continue
+                    cost = out + edge_cut_us[h1] + edge_cut_us[h2]
+                    stamp += 1
+                    joint = held_home
+                    for t in range(h2 + 1, m):      # w's run h2 + 1 .. t on x's device
+                        u = units[t]
+                        if home[u] != home_id and seen[u] != stamp:
+                            seen[u] = stamp
+                            joint += unit_bytes[u]
+                        if joint > capacity:
+                            break
+                        if t < b:
+                            continue
+                        if t == m - 1:
+                            best = min(best, cost)
+                            break
+                        if edge_cut_us[t] < np.inf:
+                            value[t + 1, 0] = min(value[t + 1, 0], cost + edge_cut_us[t])
+            if held_home > capacity:
                 break
-            enter = 0.0 if i == 0 else edge_cut_us[i - 1]
-            if cost[i] + enter < cost[j]:
-                cost[j] = cost[i] + enter
-    return cost[n]
+    return best
 
 
 def lower_bounds(graph, cluster) -> dict:
