@@ -402,26 +402,30 @@ def _interval_excess_us(t1, c_us, x, y, alpha, beta, p, m):
 
 
 def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
-    """Paths whose ops cannot all share a device pay for the cuts memory forces on them, and for
-    the chords (residual skips) those cuts make cross too.
+    """Paths whose ops cannot all share a device pay for the cuts memory forces on them, for the
+    chords (residual skips) those cuts make cross too, and for side branches they cannot shed.
 
     For a path P = v_0 .. v_m (edge i joins v_i and v_i+1), take its ops at their fastest times p
     plus the larger of two least cut costs: (a) split P into consecutive *runs*, each holding units
     whose persistent bytes fit the largest device, at the least total cut cost of the edges between
-    runs plus the *chord charges* below (a dynamic program along P, ``_path_cut_us``); (b) if its
+    runs plus the *span charges* below (a dynamic program along P, ``_path_cut_us``); (b) if its
     units' persistent bytes need k devices (the k largest memories are the fewest that hold them),
     the k - 1 cheapest cuttable edges on it.
 
-    A *chord* is an edge x = v_a -> w = v_b off P with b >= a + 2 and a finite cut cost c_xw (the
-    largest over such edges between the two: one transfer carries them); its *span* is path edges
-    a .. b - 1, and I = p_a+1 + ... + p_b-1 the path's time strictly inside it. Chords with
-    c_xw > I are taken, most excess first, skipping any whose span meets a taken one (spans
-    disjoint). With cuts K inside a span and S = p_a + .. + p_b-1:
-    - K = {e}: charge max(0, c_xw - c_a) if e = a, else max(0, p_a + c_xw + q1 Q_e - S - c_e), with
-      Q_e = c_e + min(p_a+1 + .. + p_e, p_e+1 + .. + p_b-1) and q1 = 1 unless the model is
-      ``pipelined`` (else 0);
+    A *span* joins x = v_a and w = v_b, b >= a + 2, by a route off P: a *chord*, an edge x -> w with
+    a finite cut cost c_xw (the largest over such edges: one transfer carries them), or a *side
+    route* x -> q_1 .. q_r -> w through ops off P (``_side_routes``), of time P_Q (the q's fastest
+    times), cheapest cut costs c1 <= c2 over its edges. Its *cross* cost X is c_xw, or P_Q + c1; its
+    *together* charge is 0 for a chord, min(P_Q, max(0, P_Q + c1 + c2 - I)) for a side route, where
+    I = p_a+1 + .. + p_b-1 is the path's time strictly inside (S = p_a + I). Spans whose charges can
+    be positive are taken, largest first, skipping any whose edges a .. b - 1 meet a taken one's. With
+    cuts K among its edges:
+    - K empty: the together charge;
+    - K = {e}: max(0, c_xw - c_a) for a chord with e = a, else max(0, p_a + X + q1 Q_e - S - c_e),
+      Q_e = c_e + min(p_a+1 + .. + p_e, p_e+1 + .. + p_b-1), q1 = 1 for a chord unless the model is
+      ``pipelined``, else 0;
     - K = {f, e}, f < e, when the path does not come back to x's run before w (x and w apart):
-      charge max(0, p_a + c_xw + q2 Q_e - S - c_f - c_e), q2 = 1 for ``sequential`` and ``duplex``;
+      max(0, p_a + X + q2 Q_e - S - c_f - c_e), q2 = 1 for a chord under ``sequential`` and ``duplex``;
     - otherwise nothing; but if the path leaves x's run at the first cut in the span and returns to
       it at the last (a *hole*), the run holding x and the one holding w must fit one device together.
 
@@ -430,9 +434,14 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     split it into runs as in (a), and each change is a cut edge. The path's units sit on at
     least k devices, so the device changes at least k - 1 times (b). Each cut edge delays its
     consumer by at least its cut cost (F2) and each op runs at least its fastest time (F1): from
-    start(v_i) to start(v_i+1) at least p_i, plus c_i if edge i is cut. Within a span the chord adds
-    start(w) >= finish(x) + the transfer of x to w's device when they are apart (F2), and
-    finish(x) >= start(x) + p_a. One cut e = a: x's one transfer to w's device carries the path edge
+    start(v_i) to start(v_i+1) at least p_i, plus c_i if edge i is cut. When x and w are apart, a
+    chord gives start(w) >= finish(x) + the transfer of x to w's device (F2); a side route runs its
+    ops (F1) and changes device at least once (F2): start(w) >= finish(x) + P_Q + c1; and
+    finish(x) >= start(x) + p_a. No cut in the span: x, w and the path between share one device d; if
+    the side route's ops are on d too, d runs them and the path's inner ops, one at a time, between
+    finish(x) and start(w) (F1; all descend from x and lead to w): start(w) >= finish(x) + I + P_Q;
+    else the route leaves d and comes back, two cut edges: start(w) >= finish(x) + P_Q + c1 + c2.
+    One cut e = a: x's one transfer to w's device carries the path edge
     and the chord, so it lasts at least max(c_a, c_xw) (F2). One cut e > a: x's device is every op's
     from a to e, w's every op's from e + 1 to b, so x's transfer and v_e's both go from x's device to
     w's and hold the same channel one after the other (``sim/channels.py``: pair channel, the two
@@ -443,7 +452,8 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     c_e >= finish(x) + p_a+1 + .. + p_e + c_e: start(w) >= finish(x) + that + c_xw. Either way
     start(w) >= start(x) + p_a + c_xw + Q_e. Two cuts with x and w apart: v_e's transfer and x's
     both end on w's device and hold its channel (``sequential``) or its receive channel
-    (``duplex``), and the same two orders give the same sum. With x and w together, x's run and w's run share a device and fit it (F3):
+    (``duplex``), and the same two orders give the same sum. With x and w together (two cuts or
+    more), x's run and w's run share a device and fit it (F3):
     the dynamic program's hole step (x's run, then the first and last cuts, then w's run, checked
     together) covers such placements; the ops in between are not charged memory, only the two cuts.
     So start(w) - start(x) is at least S plus the cuts in the span plus the charge, spans do not
@@ -470,9 +480,8 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
         if held <= capacity[0]:      # the whole path fits one device: no cut is forced on it
             best = max(best, float(rel.fastest_us[path_ops].sum()))
             continue
-        span_of, span_first, span_last, chord_us = _chord_spans(graph, rel, path_ops)
         cuts = _path_cut_us(units, rel.unit_bytes.astype(np.float64), rel.fastest_us[path_ops], cut_us[path_edges],
-                            float(capacity[0]), span_of, span_first, span_last, chord_us, pair_queue, end_queue)
+                            float(capacity[0]), *_path_spans(graph, rel, path_ops), pair_queue, end_queue)
         devices_needed = int(np.searchsorted(np.cumsum(capacity), held * (1 - 1e-12))) + 1
         cheapest = np.sort(cut_us[path_edges])[: devices_needed - 1].sum()
         if devices_needed > len(capacity) or not np.isfinite(max(cuts, cheapest)):
@@ -800,69 +809,144 @@ def _trace(graph, level: np.ndarray, parent: np.ndarray):
     return np.array(ops[::-1], dtype=np.int64), np.array(edges[::-1], dtype=np.int64)
 
 
-def _chord_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64):
-    """Per path edge, the span it lies in (-1: none), and per span its first and last path position
-    and the cut cost of its chord: disjoint spans between path ops joined by an edge off the path (a
-    chord, e.g. a residual skip) whose cut cost exceeds the path's time strictly between its ends
-    (other chords could never raise ``memory_path_us``), most such excess first."""
+def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64):
+    """The spans ``_path_cut_us`` charges on a path: per path edge its span (-1: none), and per span
+    its first and last path position (x and w), ``cross_us`` (the least x -> w adds beyond x's
+    finish when x and w are apart), whether that is a chord (one edge x -> w, a residual skip) and
+    ``together_us`` (what a side route adds when no cut falls in the span).
+
+    Candidates: chords (an edge x -> w off the path, cross = its cut cost, the largest over such
+    edges: one transfer carries them) and side routes (a path x -> q.. -> w whose q are off the
+    path, e.g. a downsample block's projection: cross = their time P + the route's cheapest cut c1;
+    together = min(P, max(0, P + c1 + c2 - I)), c2 the next cheapest, I the path's time strictly
+    inside the span). Those that can add something are taken, most first, skipping any whose span
+    meets a taken one (spans disjoint), and numbered along the path."""
     m = len(path_ops)
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(m)
     a, b = position[graph.edge_src], position[graph.edge_dst]
     chord = (a >= 0) & (b >= a + 2) & (b - a <= max_span) & np.isfinite(rel.cut_us)
     pairs, inverse = np.unique(np.stack([a[chord], b[chord]]), axis=1, return_inverse=True)
-    cost = np.zeros(pairs.shape[1])
-    np.maximum.at(cost, np.ravel(inverse), rel.cut_us[chord])       # one transfer: its longest edge
+    chord_cross = np.zeros(pairs.shape[1])
+    np.maximum.at(chord_cross, np.ravel(inverse), rel.cut_us[chord])
+    side = _side_routes(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr,
+                        graph.succ_edge, graph.edge_dst, position,
+                        np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
+                        np.ascontiguousarray(rel.cut_us, dtype=np.float64), max_span)
+    first = np.concatenate([pairs[0], side[0]]).astype(np.int64)
+    last = np.concatenate([pairs[1], side[1]]).astype(np.int64)
     before = np.concatenate([[0.0], np.cumsum(rel.fastest_us[path_ops])])
-    excess = cost - (before[pairs[1]] - before[pairs[0] + 1])
+    inner = before[last] - before[first + 1]
+    side_us, cut1, cut2 = side[2], side[3], side[4]
+    cross = np.concatenate([chord_cross, side_us + cut1])
+    together = np.concatenate([np.zeros(pairs.shape[1]),
+                               np.minimum(side_us, np.maximum(0.0, side_us + cut1 + cut2 - inner[pairs.shape[1]:]))])
+    is_chord = np.arange(len(first)) < pairs.shape[1]
+    gain = np.maximum(cross - inner, together)
     span_of = np.full(max(m - 1, 0), -1, np.int64)
-    first, last, chord_us = [], [], []
-    for k in np.argsort(-excess, kind="mergesort"):
-        x, w = int(pairs[0, k]), int(pairs[1, k])
-        if excess[k] <= 0:
+    taken = []
+    for k in np.argsort(-gain, kind="mergesort"):
+        if gain[k] <= 0:
             break
-        if np.any(span_of[x:w] >= 0):
+        if np.any(span_of[first[k]:last[k]] >= 0):
             continue
-        span_of[x:w] = len(first)
-        first.append(x), last.append(w), chord_us.append(cost[k])
-    order = np.argsort(np.array(first, np.int64))           # numbered along the path
+        span_of[first[k]:last[k]] = len(taken)
+        taken.append(k)
+    taken = np.array(taken, np.int64)
+    order = np.argsort(first[taken])
     renumber = np.empty(len(order), np.int64)
     renumber[order] = np.arange(len(order))
     span_of[span_of >= 0] = renumber[span_of[span_of >= 0]]
-    return (span_of, np.array(first, np.int64)[order], np.array(last, np.int64)[order],
-            np.array(chord_us, np.float64)[order])
+    taken = taken[order]
+    return (span_of, first[taken], last[taken], np.ascontiguousarray(cross[taken]), is_chord[taken],
+            np.ascontiguousarray(together[taken]))
 
 
 @njit(cache=True)
-def _chord_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, chord_us, before,
-                     pair_queue, end_queue):
-    """What a chord adds to the cuts of its span when the span's last cut is edge ``e`` (states of
-    ``_path_cut_us``: 0 one cut, 1 three or more, 2 + k two, the first k + 1 edges before ``e``)."""
+def _side_routes(topo_order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst, position, time_us,
+                 cut_us, max_span):
+    """Per off-path op, one route to it from the path through off-path ops only (the latest entry,
+    then the longest); each that ends on the path two or more positions after its entry is a side
+    route: (entry, exit, time of its off-path ops, cheapest cut, next cheapest cut) as arrays."""
+    n = time_us.shape[0]
+    entry = np.full(n, -1, np.int64)
+    length = np.zeros(n)
+    cheap1 = np.full(n, np.inf)
+    cheap2 = np.full(n, np.inf)
+    n_edges = edge_dst.shape[0]
+    out_a, out_b = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
+    out_p, out_c1, out_c2 = np.empty(n_edges), np.empty(n_edges), np.empty(n_edges)
+    found = 0
+    for v in topo_order:
+        if position[v] >= 0:
+            continue
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            e = pred_edge[k]
+            u = edge_src[e]
+            if position[u] >= 0:
+                a, p, c1, c2 = position[u], 0.0, np.inf, np.inf
+            elif entry[u] >= 0:
+                a, p, c1, c2 = entry[u], length[u], cheap1[u], cheap2[u]
+            else:
+                continue
+            c = cut_us[e]
+            if c < c1:
+                c1, c2 = c, c1
+            elif c < c2:
+                c2 = c
+            if a > entry[v] or (a == entry[v] and p > length[v]):
+                entry[v], length[v], cheap1[v], cheap2[v] = a, p, c1, c2
+        if entry[v] < 0:
+            continue
+        length[v] += time_us[v]
+        for k in range(succ_ptr[v], succ_ptr[v + 1]):
+            e = succ_edge[k]
+            b = position[edge_dst[e]]
+            if b >= entry[v] + 2 and b - entry[v] <= max_span and length[v] > 0:
+                c1, c2, c = cheap1[v], cheap2[v], cut_us[e]
+                if c < c1:
+                    c1, c2 = c, c1
+                elif c < c2:
+                    c2 = c
+                if c1 < np.inf:
+                    out_a[found], out_b[found], out_p[found], out_c1[found], out_c2[found] = entry[v], b, length[v], c1, c2
+                    found += 1
+    return out_a[:found], out_b[:found], out_p[:found], out_c1[:found], out_c2[:found]
+
+
+@njit(cache=True)
+def _span_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, cross_us, is_chord, before,
+                    pair_queue, end_queue):
+    """What a span adds to its cuts when its last cut is edge ``e`` (states of ``_path_cut_us``:
+    0 one cut, 1 three or more, 2 + k two, the first k + 1 edges before ``e``)."""
     if e < 0 or span_of[e] < 0 or state == 1:
         return 0.0
     s = span_of[e]
-    a, b, chord = span_first[s], span_last[s], chord_us[s]
+    a, b, cross = span_first[s], span_last[s], cross_us[s]
     inside = before[b] - before[a]          # S: the path from the start of x to the start of w
-    if state == 0 and e == a:               # x's one transfer to w's device carries both edges
-        return max(0.0, chord - edge_cut_us[a])
+    if state == 0 and e == a and is_chord[s]:     # x's one transfer to w's device carries both edges
+        return max(0.0, cross - edge_cut_us[a])
     cuts = edge_cut_us[e] if state == 0 else edge_cut_us[e - (state - 2) - 1] + edge_cut_us[e]
     queued = 0.0
-    if pair_queue if state == 0 else end_queue:     # the two transfers take turns on one channel
+    if is_chord[s] and (pair_queue if state == 0 else end_queue):     # two transfers take turns
         queued = edge_cut_us[e] + min(before[e + 1] - before[a + 1], before[b] - before[e + 1])
-    return max(0.0, time_us[a] + chord + queued - inside - cuts)
+    return max(0.0, time_us[a] + cross + queued - inside - cuts)
 
 
 @njit(cache=True)
-def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, span_first, span_last, chord_us,
-                 pair_queue, end_queue):
-    """Least cost of the cuts of a path and what its chords add to them, over the ways to split it
+def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, span_first, span_last, cross_us,
+                 is_chord, together_us, pair_queue, end_queue):
+    """Least cost of the cuts of a path and what its spans add to them, over the ways to split it
     into runs that fit ``capacity`` (``memory_path_us``; edge ``i`` joins path ops ``i`` and ``i + 1``,
-    an inf edge cannot be cut). A chord's two ends share a device only across a *hole*: the path
-    leaves x's run inside the span and comes back before w, and x's and w's runs fit together."""
+    an inf edge cannot be cut). A span's two ends share a device either in one run (no cut in the
+    span) or across a *hole*: the path leaves x's run inside the span and comes back before w, and
+    x's and w's runs fit together."""
     m = units.shape[0]
     width = 2
+    ends_at = np.full(m, -1, np.int64)       # the span whose w is at this position
     for s in range(span_first.shape[0]):
         width = max(width, span_last[s] - span_first[s] + 1)
+        ends_at[span_last[s]] = s
     # value[e + 1, state]: least cost so far when the last cut is edge e (-1: none yet)
     value = np.full((m, width), np.inf)
     value[0, 0] = 0.0
@@ -879,11 +963,12 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, spa
             v = value[e + 1, state]
             if v == np.inf:
                 continue
-            charge = _chord_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, chord_us,
-                                      before, pair_queue, end_queue)
+            charge = _span_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, cross_us,
+                                     is_chord, before, pair_queue, end_queue)
             out = min(out, v + charge)
             stamp += 1
             held = 0.0
+            whole = 0.0                    # what the spans inside the run add
             for e2 in range(e + 1, m):     # the run e + 1 .. e2, then a cut at e2 (or the path's end)
                 u = units[e2]
                 if seen[u] != stamp:
@@ -891,8 +976,10 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, spa
                     held += unit_bytes[u]
                 if held > capacity:
                     break
+                if ends_at[e2] >= 0 and span_first[ends_at[e2]] > e:
+                    whole += together_us[ends_at[e2]]
                 if e2 == m - 1:
-                    best = min(best, v + charge)
+                    best = min(best, v + charge + whole)
                     break
                 c = edge_cut_us[e2]
                 if c == np.inf:
@@ -901,7 +988,7 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, spa
                     nxt = 2 + (e2 - e - 1) if state == 0 else 1
                     value[e2 + 1, nxt] = min(value[e2 + 1, nxt], v + c)
                 else:
-                    value[e2 + 1, 0] = min(value[e2 + 1, 0], v + charge + c)
+                    value[e2 + 1, 0] = min(value[e2 + 1, 0], v + charge + whole + c)
         if out == np.inf:
             continue
         # holes: x's run starts at e + 1, leaves at edge h1 in a span, returns at edge h2 before w
