@@ -459,6 +459,16 @@ def test_spans_never_lift_the_memory_path_bound_above_the_brute_force_optimum(mo
     assert raised >= 8, raised      # not vacuous: the spans raise the best bound on many of them
 
 
+def ten_us_ops(mib: dict, edges_us: list):
+    """A graph of 10 us ops with these persistent MiB and these fixed-time edges (u, v, us)."""
+    b = GraphBuilder(["gpu"])
+    for name, per in mib.items():
+        b.add_op(name, compute_us=10.0, persistent_bytes=per * MIB)
+    for u, v, us in edges_us:
+        b.add_edge(u, v, fixed_us=us)
+    return b.build()
+
+
 @pytest.mark.parametrize("comm_model, expected_us", [("sequential", 75.0), ("parallel", 70.0), ("pipelined", 70.0)])
 def test_a_cut_inside_a_residual_span_makes_the_skip_cross_too(monkeypatch, comm_model, expected_us):
     """x -> y -> w (10 us each, path edges 5 us) and the skip x -> w (50 us); x and w hold 6 and
@@ -469,13 +479,7 @@ def test_a_cut_inside_a_residual_span_makes_the_skip_cross_too(monkeypatch, comm
     brute-force optimum. Under ``parallel`` the bound may not assume that a cut x -> y and y -> w
     (three devices in its relaxation) share a channel with the skip; under ``pipelined`` no two
     transfers are assumed to queue: 70 us there."""
-    b = GraphBuilder(["gpu"])
-    for name, mib in (("x", 6), ("y", 0), ("w", 5)):
-        b.add_op(name, compute_us=10.0, persistent_bytes=mib * MIB)
-    b.add_edge("x", "y", fixed_us=5.0)
-    b.add_edge("y", "w", fixed_us=5.0)
-    b.add_edge("x", "w", fixed_us=50.0)
-    graph = b.build()
+    graph = ten_us_ops({"x": 6, "y": 0, "w": 5}, [("x", "y", 5.0), ("y", "w", 5.0), ("x", "w", 50.0)])
     cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model=comm_model)
     bounds = lower_bounds(graph, cluster)
     assert bounds["critical_path_us"] == 70.0
@@ -491,13 +495,8 @@ def test_a_hole_needs_the_runs_of_both_ends_of_a_chord_to_fit_one_device(monkeyp
     12 MiB. So a hole costs a third cut, w -> d (a, x and w on one device: 50 + 5 + 5 + 20), and a
     single cut inside the span pays the skip: 80 us, the brute-force optimum. Without the chords
     the path's cheapest split is one 5 us cut: 55 us."""
-    b = GraphBuilder(["gpu"])
-    for name in ("a", "x", "y", "w", "d"):
-        b.add_op(name, compute_us=10.0, persistent_bytes=3 * MIB)
-    for u, v, t in (("a", "x", 20.0), ("x", "y", 5.0), ("y", "w", 5.0), ("w", "d", 20.0)):
-        b.add_edge(u, v, fixed_us=t)
-    b.add_edge("x", "w", fixed_us=50.0)
-    graph = b.build()
+    graph = ten_us_ops(dict.fromkeys("axywd", 3), [("a", "x", 20.0), ("x", "y", 5.0), ("y", "w", 5.0),
+                                                   ("w", "d", 20.0), ("x", "w", 50.0)])
     cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="sequential")
     bounds = lower_bounds(graph, cluster)
     assert bounds["memory_path_us"] == 80.0 == brute_force(graph, cluster, n_orders=6) == bounds["best_us"]
@@ -540,12 +539,8 @@ def test_a_side_branch_that_cannot_leave_runs_beside_the_path_on_its_device(monk
     best w -> z: 60 us. Keeping x, a and w together, q either runs on their device too (a and q
     one after the other: +10 us) or leaves and comes back (two 40 us cuts); a cut inside the block
     costs 40: 70 us, the brute-force optimum."""
-    b = GraphBuilder(["gpu"])
-    for name, mib in (("x", 5), ("a", 0), ("w", 0), ("z", 6), ("q", 0)):
-        b.add_op(name, compute_us=10.0, persistent_bytes=mib * MIB)
-    for u, v, us in (("x", "a", 40.0), ("a", "w", 40.0), ("w", "z", 20.0), ("x", "q", 40.0), ("q", "w", 40.0)):
-        b.add_edge(u, v, fixed_us=us)
-    graph = b.build()
+    graph = ten_us_ops({"x": 5, "a": 0, "w": 0, "z": 6, "q": 0}, [("x", "a", 40.0), ("a", "w", 40.0), ("w", "z", 20.0),
+                                                                ("x", "q", 40.0), ("q", "w", 40.0)])
     cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="parallel")
     bounds = lower_bounds(graph, cluster)
     assert bounds["memory_path_us"] == 70.0 == brute_force(graph, cluster, n_orders=6) == bounds["best_us"]
