@@ -415,15 +415,18 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     A *span* joins x = v_a and w = v_b, b >= a + 2, by a route off P: a *chord*, an edge x -> w with
     a finite cut cost c_xw (the largest over such edges: one transfer carries them), or a *side
     route* x -> q_1 .. q_r -> w through ops off P (``_side_routes``), of time P_Q (the q's fastest
-    times), cheapest cut costs c1 <= c2 over its edges. Its *cross* cost X is c_xw, or P_Q + c1; its
-    *together* charge is 0 for a chord, min(P_Q, max(0, P_Q + c1 + c2 - I)) for a side route, where
-    I = p_a+1 + .. + p_b-1 is the path's time strictly inside (S = p_a + I). Spans whose charges can
-    be positive are taken, largest first, skipping any whose edges a .. b - 1 meet a taken one's. With
-    cuts K among its edges:
-    - K empty: the together charge;
+    times), cheapest cut costs c1 <= c2 over its edges, B_Q the persistent bytes of its ops' units
+    that hold no path op. Its *cross* cost X is c_xw, or P_Q + c1; I = p_a+1 + .. + p_b-1 is the
+    path's time strictly inside (S = p_a + I). Spans whose charges can be positive are taken,
+    largest first, skipping any whose edges a .. b - 1 meet a taken one's. With cuts K among its
+    edges:
+    - K empty: 0 for a chord; for a side route L = max(0, P_Q + c1 + c2 - I), or min(P_Q, L) if
+      the bytes of the run's path units plus B_Q fit the largest device;
     - K = {e}: max(0, c_xw - c_a) for a chord with e = a, else max(0, p_a + X + q1 Q_e - S - c_e),
       Q_e = c_e + min(p_a+1 + .. + p_e, p_e+1 + .. + p_b-1), q1 = 1 for a chord unless the model is
-      ``pipelined``, else 0;
+      ``pipelined``, else 0; for a side route X is here the least of P_Q + c1 + c2 and P_Q + c(E_k)
+      over its edges E_k such that the bytes of the route's off-path units before E_k fit beside
+      the path units of v_a .. v_e, and those after it beside w's run's;
     - K = {f, e}, f < e, when the path does not come back to x's run before w (x and w apart):
       max(0, p_a + X + q2 Q_e - S - c_f - c_e), q2 = 1 for a chord under ``sequential`` and ``duplex``;
     - otherwise nothing; but if the path leaves x's run at the first cut in the span and returns to
@@ -439,8 +442,12 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     ops (F1) and changes device at least once (F2): start(w) >= finish(x) + P_Q + c1; and
     finish(x) >= start(x) + p_a. No cut in the span: x, w and the path between share one device d; if
     the side route's ops are on d too, d runs them and the path's inner ops, one at a time, between
-    finish(x) and start(w) (F1; all descend from x and lead to w): start(w) >= finish(x) + I + P_Q;
-    else the route leaves d and comes back, two cut edges: start(w) >= finish(x) + P_Q + c1 + c2.
+    finish(x) and start(w) (F1; all descend from x and lead to w): start(w) >= finish(x) + I + P_Q,
+    and d holds B_Q beside the run (F3, F4); else the route leaves d and comes back, two cut edges:
+    start(w) >= finish(x) + P_Q + c1 + c2. One cut, side route: either the route changes device
+    once, from x's device to w's, at some E_k (its ops before E_k on x's device with v_a .. v_e,
+    those after on w's with w's run: both must fit, F3), so start(w) >= finish(x) + P_Q + c(E_k),
+    or it changes at least twice.
     One cut e = a: x's one transfer to w's device carries the path edge
     and the chord, so it lasts at least max(c_a, c_xw) (F2). One cut e > a: x's device is every op's
     from a to e, w's every op's from e + 1 to b, so x's transfer and v_e's both go from x's device to
@@ -481,7 +488,7 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
             best = max(best, float(rel.fastest_us[path_ops].sum()))
             continue
         cuts = _path_cut_us(units, rel.unit_bytes.astype(np.float64), rel.fastest_us[path_ops], cut_us[path_edges],
-                            float(capacity[0]), *_path_spans(graph, rel, path_ops), pair_queue, end_queue)
+                            float(capacity[0]), pair_queue, end_queue, *_path_spans(graph, rel, path_ops))
         devices_needed = int(np.searchsorted(np.cumsum(capacity), held * (1 - 1e-12))) + 1
         cheapest = np.sort(cut_us[path_edges])[: devices_needed - 1].sum()
         if devices_needed > len(capacity) or not np.isfinite(max(cuts, cheapest)):
@@ -810,38 +817,36 @@ def _trace(graph, level: np.ndarray, parent: np.ndarray):
 
 
 def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64):
-    """The spans ``_path_cut_us`` charges on a path: per path edge its span (-1: none), and per span
-    its first and last path position (x and w), ``cross_us`` (the least x -> w adds beyond x's
-    finish when x and w are apart), whether that is a chord (one edge x -> w, a residual skip) and
-    ``together_us`` (what a side route adds when no cut falls in the span).
+    """The spans ``_path_cut_us`` charges on a path (``memory_path_us``), as arrays: per path edge
+    its span (-1: none); per span its first and last path position (x and w), its cross cost X,
+    whether it is a chord, a side route's time P_Q and P_Q + c1 + c2; per side route edge (spans'
+    runs of ``route_ptr``) its cut cost and the persistent bytes of the route's units (those off
+    the path) before and after it; per span those bytes in all.
 
-    Candidates: chords (an edge x -> w off the path, cross = its cut cost, the largest over such
-    edges: one transfer carries them) and side routes (a path x -> q.. -> w whose q are off the
-    path, e.g. a downsample block's projection: cross = their time P + the route's cheapest cut c1;
-    together = min(P, max(0, P + c1 + c2 - I)), c2 the next cheapest, I the path's time strictly
-    inside the span). Those that can add something are taken, most first, skipping any whose span
-    meets a taken one (spans disjoint), and numbered along the path."""
+    Candidates: chords (X = c_xw, the largest over edges x -> w: one transfer carries them) and side
+    routes (``_side_routes``). Those whose charge can be positive (X above the path's time strictly
+    inside the span, or a positive together charge) are taken, largest first, skipping any whose
+    edges meet a taken one's, and numbered along the path."""
     m = len(path_ops)
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(m)
     a, b = position[graph.edge_src], position[graph.edge_dst]
     chord = (a >= 0) & (b >= a + 2) & (b - a <= max_span) & np.isfinite(rel.cut_us)
     pairs, inverse = np.unique(np.stack([a[chord], b[chord]]), axis=1, return_inverse=True)
-    chord_cross = np.zeros(pairs.shape[1])
+    n_chords = pairs.shape[1]
+    chord_cross = np.zeros(n_chords)
     np.maximum.at(chord_cross, np.ravel(inverse), rel.cut_us[chord])
-    side = _side_routes(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr,
-                        graph.succ_edge, graph.edge_dst, position,
-                        np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
-                        np.ascontiguousarray(rel.cut_us, dtype=np.float64), max_span)
-    first = np.concatenate([pairs[0], side[0]]).astype(np.int64)
-    last = np.concatenate([pairs[1], side[1]]).astype(np.int64)
+    side_a, side_b, side_us, cut1, cut2, side_exit, via = _side_routes(
+        graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr, graph.succ_edge,
+        graph.edge_dst, position, np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
+        np.ascontiguousarray(rel.cut_us, dtype=np.float64), max_span)
+    first = np.concatenate([pairs[0], side_a]).astype(np.int64)
+    last = np.concatenate([pairs[1], side_b]).astype(np.int64)
     before = np.concatenate([[0.0], np.cumsum(rel.fastest_us[path_ops])])
     inner = before[last] - before[first + 1]
-    side_us, cut1, cut2 = side[2], side[3], side[4]
     cross = np.concatenate([chord_cross, side_us + cut1])
-    together = np.concatenate([np.zeros(pairs.shape[1]),
-                               np.minimum(side_us, np.maximum(0.0, side_us + cut1 + cut2 - inner[pairs.shape[1]:]))])
-    is_chord = np.arange(len(first)) < pairs.shape[1]
+    leave = np.concatenate([np.zeros(n_chords), side_us + cut1 + cut2])
+    together = np.concatenate([np.zeros(n_chords), np.minimum(side_us, np.maximum(0.0, leave[n_chords:] - inner[n_chords:]))])
     gain = np.maximum(cross - inner, together)
     span_of = np.full(max(m - 1, 0), -1, np.int64)
     taken = []
@@ -853,13 +858,40 @@ def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64
         span_of[first[k]:last[k]] = len(taken)
         taken.append(k)
     taken = np.array(taken, np.int64)
-    order = np.argsort(first[taken])
+    order = np.argsort(first[taken], kind="mergesort")          # numbered along the path
     renumber = np.empty(len(order), np.int64)
     renumber[order] = np.arange(len(order))
     span_of[span_of >= 0] = renumber[span_of[span_of >= 0]]
     taken = taken[order]
-    return (span_of, first[taken], last[taken], np.ascontiguousarray(cross[taken]), is_chord[taken],
-            np.ascontiguousarray(together[taken]))
+    path_units = np.zeros(rel.allowed.shape[0], bool)
+    path_units[rel.unit[path_ops]] = True
+    route_ptr, route_cut, route_pre, route_suf, q_bytes = [0], [], [], [], []
+    for k in taken:
+        if k < n_chords:
+            route_ptr.append(route_ptr[-1])
+            q_bytes.append(0.0)
+            continue
+        edges = [int(side_exit[k - n_chords])]
+        while position[graph.edge_src[edges[-1]]] < 0:
+            edges.append(int(via[graph.edge_src[edges[-1]]]))
+        edges = edges[::-1]                           # x -> q_1, .., q_r -> w
+        units = [int(rel.unit[graph.edge_dst[e]]) for e in edges[:-1]]
+        for cut_at in range(len(edges)):              # q_1 .. q_cut_at before it, the rest after
+            route_cut.append(float(rel.cut_us[edges[cut_at]]))
+            route_pre.append(_off_path_bytes(rel, path_units, units[:cut_at]))
+            route_suf.append(_off_path_bytes(rel, path_units, units[cut_at:]))
+        route_ptr.append(len(route_cut))
+        q_bytes.append(_off_path_bytes(rel, path_units, units))
+    return (span_of, first[taken], last[taken], np.ascontiguousarray(cross[taken]), taken < n_chords,
+            np.ascontiguousarray(np.concatenate([np.zeros(n_chords), side_us])[taken]),
+            np.ascontiguousarray(leave[taken]), np.array(route_ptr, np.int64), np.array(route_cut, np.float64),
+            np.array(route_pre, np.float64), np.array(route_suf, np.float64), np.array(q_bytes, np.float64))
+
+
+def _off_path_bytes(rel: Relaxation, path_units: np.ndarray, units: list) -> float:
+    """Persistent bytes of these units, each once, leaving out the path's own (already in a run)."""
+    kept = [u for u in set(units) if not path_units[u]]
+    return float(rel.unit_bytes[kept].sum()) if kept else 0.0
 
 
 @njit(cache=True)
@@ -867,14 +899,16 @@ def _side_routes(topo_order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge,
                  cut_us, max_span):
     """Per off-path op, one route to it from the path through off-path ops only (the latest entry,
     then the longest); each that ends on the path two or more positions after its entry is a side
-    route: (entry, exit, time of its off-path ops, cheapest cut, next cheapest cut) as arrays."""
+    route: (entry, exit, time of its off-path ops, cheapest cut, next cheapest cut, its last edge) as
+    arrays, and per op the edge its route comes in by."""
     n = time_us.shape[0]
     entry = np.full(n, -1, np.int64)
     length = np.zeros(n)
     cheap1 = np.full(n, np.inf)
     cheap2 = np.full(n, np.inf)
+    via = np.full(n, -1, np.int64)
     n_edges = edge_dst.shape[0]
-    out_a, out_b = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
+    out_a, out_b, out_e = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
     out_p, out_c1, out_c2 = np.empty(n_edges), np.empty(n_edges), np.empty(n_edges)
     found = 0
     for v in topo_order:
@@ -895,7 +929,7 @@ def _side_routes(topo_order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge,
             elif c < c2:
                 c2 = c
             if a > entry[v] or (a == entry[v] and p > length[v]):
-                entry[v], length[v], cheap1[v], cheap2[v] = a, p, c1, c2
+                entry[v], length[v], cheap1[v], cheap2[v], via[v] = a, p, c1, c2, e
         if entry[v] < 0:
             continue
         length[v] += time_us[v]
@@ -910,15 +944,18 @@ def _side_routes(topo_order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge,
                     c2 = c
                 if c1 < np.inf:
                     out_a[found], out_b[found], out_p[found], out_c1[found], out_c2[found] = entry[v], b, length[v], c1, c2
+                    out_e[found] = e
                     found += 1
-    return out_a[:found], out_b[:found], out_p[:found], out_c1[:found], out_c2[:found]
+    return out_a[:found], out_b[:found], out_p[:found], out_c1[:found], out_c2[:found], out_e[:found], via
 
 
 @njit(cache=True)
-def _span_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, cross_us, is_chord, before,
-                    pair_queue, end_queue):
+def _span_charge_us(e, state, held_after, x_run_bytes, capacity, time_us, edge_cut_us, before, pair_queue, end_queue,
+                    span_of, span_first, span_last, cross_us, is_chord, side_us, leave_us, route_ptr, route_cut,
+                    route_pre, route_suf, q_bytes):
     """What a span adds to its cuts when its last cut is edge ``e`` (states of ``_path_cut_us``:
-    0 one cut, 1 three or more, 2 + k two, the first k + 1 edges before ``e``)."""
+    0 one cut, 1 three or more, 2 + k two, the first k + 1 edges before ``e``), w's run holding
+    ``held_after`` bytes of path units at least and x's run ``x_run_bytes[e]``."""
     if e < 0 or span_of[e] < 0 or state == 1:
         return 0.0
     s = span_of[e]
@@ -930,45 +967,76 @@ def _span_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_la
     queued = 0.0
     if is_chord[s] and (pair_queue if state == 0 else end_queue):     # two transfers take turns
         queued = edge_cut_us[e] + min(before[e + 1] - before[a + 1], before[b] - before[e + 1])
+    if state == 0 and not is_chord[s] and route_ptr[s + 1] > route_ptr[s]:
+        cross = leave_us[s]                 # the route changes device once, where both sides fit, or twice
+        for k in range(route_ptr[s], route_ptr[s + 1]):
+            if x_run_bytes[e] + route_pre[k] <= capacity and held_after + route_suf[k] <= capacity:
+                cross = min(cross, side_us[s] + route_cut[k])
     return max(0.0, time_us[a] + cross + queued - inside - cuts)
 
 
 @njit(cache=True)
-def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, span_first, span_last, cross_us,
-                 is_chord, together_us, pair_queue, end_queue):
+def _together_us(s, held, capacity, before, span_first, span_last, is_chord, side_us, leave_us, q_bytes):
+    """What span ``s`` adds when no cut falls in it and its run holds ``held`` bytes of path units:
+    a side route runs beside the path on the run's device if its bytes fit there, else leaves."""
+    if is_chord[s]:
+        return 0.0
+    leaving = max(0.0, leave_us[s] - (before[span_last[s]] - before[span_first[s] + 1]))
+    if held + q_bytes[s] <= capacity:
+        return min(side_us[s], leaving)
+    return leaving
+
+
+@njit(cache=True)
+def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, end_queue, span_of, span_first,
+                 span_last, cross_us, is_chord, side_us, leave_us, route_ptr, route_cut, route_pre, route_suf, q_bytes):
     """Least cost of the cuts of a path and what its spans add to them, over the ways to split it
     into runs that fit ``capacity`` (``memory_path_us``; edge ``i`` joins path ops ``i`` and ``i + 1``,
     an inf edge cannot be cut). A span's two ends share a device either in one run (no cut in the
     span) or across a *hole*: the path leaves x's run inside the span and comes back before w, and
     x's and w's runs fit together."""
     m = units.shape[0]
+    n_spans = span_first.shape[0]
     width = 2
     ends_at = np.full(m, -1, np.int64)       # the span whose w is at this position
-    for s in range(span_first.shape[0]):
+    for s in range(n_spans):
         width = max(width, span_last[s] - span_first[s] + 1)
         ends_at[span_last[s]] = s
-    # value[e + 1, state]: least cost so far when the last cut is edge e (-1: none yet)
-    value = np.full((m, width), np.inf)
-    value[0, 0] = 0.0
     before = np.zeros(m + 1)
     for i in range(m):
         before[i + 1] = before[i] + time_us[i]
     seen = np.full(unit_bytes.shape[0], -1, np.int64)
     home = np.full(unit_bytes.shape[0], -1, np.int64)
     stamp = 0
+    x_run_bytes = np.zeros(max(m - 1, 1))     # per edge e in a span: path units' bytes of x .. v_e
+    for s in range(n_spans):
+        stamp += 1
+        held = 0.0
+        for i in range(span_first[s], span_last[s]):
+            if seen[units[i]] != stamp:
+                seen[units[i]] = stamp
+                held += unit_bytes[units[i]]
+            x_run_bytes[i] = held
+    # value[e + 1, state]: least cost so far when the last cut is edge e (-1: none yet)
+    value = np.full((m, width), np.inf)
+    value[0, 0] = 0.0
     best = np.inf
     for e in range(-1, m - 1):
-        out = np.inf                       # least cost with e's span closed
+        out = np.inf                       # least cost with e's span closed, w's run not yet known
+        inside_from = 0                    # the first span after e
+        while inside_from < n_spans and span_first[inside_from] <= e:
+            inside_from += 1
         for state in range(width):
             v = value[e + 1, state]
             if v == np.inf:
                 continue
-            charge = _span_charge_us(e, state, time_us, edge_cut_us, span_of, span_first, span_last, cross_us,
-                                     is_chord, before, pair_queue, end_queue)
-            out = min(out, v + charge)
+            out = min(out, v + _span_charge_us(e, state, 0.0, x_run_bytes, capacity, time_us, edge_cut_us, before,
+                                               pair_queue, end_queue, span_of, span_first, span_last, cross_us,
+                                               is_chord, side_us, leave_us, route_ptr, route_cut, route_pre,
+                                               route_suf, q_bytes))
             stamp += 1
             held = 0.0
-            whole = 0.0                    # what the spans inside the run add
+            inside_to = inside_from        # spans inside_from .. inside_to - 1 lie whole in the run
             for e2 in range(e + 1, m):     # the run e + 1 .. e2, then a cut at e2 (or the path's end)
                 u = units[e2]
                 if seen[u] != stamp:
@@ -977,18 +1045,26 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, spa
                 if held > capacity:
                     break
                 if ends_at[e2] >= 0 and span_first[ends_at[e2]] > e:
-                    whole += together_us[ends_at[e2]]
-                if e2 == m - 1:
-                    best = min(best, v + charge + whole)
-                    break
-                c = edge_cut_us[e2]
+                    inside_to = ends_at[e2] + 1
+                c = edge_cut_us[e2] if e2 < m - 1 else 0.0
                 if c == np.inf:
                     continue
-                if e >= 0 and span_of[e] >= 0 and span_of[e2] == span_of[e]:
+                same = e2 < m - 1 and e >= 0 and span_of[e] >= 0 and span_of[e2] == span_of[e]
+                if same:
                     nxt = 2 + (e2 - e - 1) if state == 0 else 1
                     value[e2 + 1, nxt] = min(value[e2 + 1, nxt], v + c)
+                    continue
+                total = v + c + _span_charge_us(e, state, held, x_run_bytes, capacity, time_us, edge_cut_us, before,
+                                                pair_queue, end_queue, span_of, span_first, span_last, cross_us,
+                                                is_chord, side_us, leave_us, route_ptr, route_cut, route_pre,
+                                                route_suf, q_bytes)
+                for s in range(inside_from, inside_to):
+                    total += _together_us(s, held, capacity, before, span_first, span_last, is_chord, side_us,
+                                          leave_us, q_bytes)
+                if e2 == m - 1:
+                    best = min(best, total)
                 else:
-                    value[e2 + 1, 0] = min(value[e2 + 1, 0], v + charge + whole + c)
+                    value[e2 + 1, 0] = min(value[e2 + 1, 0], total)
         if out == np.inf:
             continue
         # holes: x's run starts at e + 1, leaves at edge h1 in a span, returns at edge h2 before w
@@ -996,10 +1072,8 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, span_of, spa
         home_id = stamp
         held_home = 0.0
         i = e + 1                          # next position to add to x's run
-        for s in range(span_first.shape[0]):
+        for s in range(inside_from, n_spans):
             a, b = span_first[s], span_last[s]
-            if a <= e:
-                continue
             for h1 in range(a, b - 1):
                 while i <= h1 and held_home <= capacity:
                     u = units[i]

@@ -438,9 +438,10 @@ def without_spans(monkeypatch):
     """The bounds as they were before spans were charged: none on any path."""
     from devplace import bounds
 
+    none, empty = np.zeros(0, np.int64), np.zeros(0)
     monkeypatch.setattr(bounds, "_path_spans", lambda graph, rel, path_ops: (
-        np.full(max(len(path_ops) - 1, 0), -1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0),
-        np.zeros(0, bool), np.zeros(0)))
+        np.full(max(len(path_ops) - 1, 0), -1, np.int64), none, none, empty, np.zeros(0, bool), empty, empty,
+        np.zeros(1, np.int64), empty, empty, empty, empty))
 
 
 @pytest.mark.parametrize("make", ["residual_instance", "branch_instance"])
