@@ -423,14 +423,17 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     - K empty: 0 for a chord; for a side route L = max(0, P_Q + c1 + c2 - I), or min(P_Q, L) if
       the bytes of the run's path units plus B_Q fit the largest device;
     - K = {e}: max(0, c_xw - c_a) for a chord with e = a, else max(0, p_a + X + q1 Q_e - S - c_e),
-      Q_e = c_e + min(p_a+1 + .. + p_e, p_e+1 + .. + p_b-1), q1 = 1 for a chord unless the model is
+      Q_e = c_e + p_e+1 + .. + p_b-1 if p_a+1 + .. + p_e > 0, else c_e; q1 = 1 for a chord unless the model is
       ``pipelined``, else 0; for a side route X is here the least of P_Q + c1 + c2 and P_Q + c(E_k)
       over its edges E_k such that the bytes of the route's off-path units before E_k fit beside
       the path units of v_a .. v_e, and those after it beside w's run's;
-    - K = {f, e}, f < e, when the path does not come back to x's run before w (x and w apart):
-      max(0, p_a + X + q2 Q_e - S - c_f - c_e), q2 = 1 for a chord under ``sequential`` and ``duplex``;
-    - otherwise nothing; but if the path leaves x's run at the first cut in the span and returns to
-      it at the last (a *hole*), the run holding x and the one holding w must fit one device together.
+    - first cut f, last cut e > f, when the path does not come back to x's run before w (x and w
+      apart): max(0, p_a + X + q2 Q_e - S - sum of K), q2 = 1 for a chord under ``sequential`` and
+      ``duplex``; for given f and e the dynamic program takes the cheapest cuts between them whose
+      runs fit (the charge only falls as the cuts' sum rises, so that is the least total);
+    - when the path leaves x's run at the first cut in the span and returns to it at the last (a
+      *hole*: x and w together), nothing, but the run holding x and the one holding w must fit one
+      device together.
 
     Proof: in a valid placement, a run of consecutive path ops on one device holds its units on
     that device (F4), so their persistent bytes fit it (F3): the device changes along the path
@@ -453,14 +456,16 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     from a to e, w's every op's from e + 1 to b, so x's transfer and v_e's both go from x's device to
     w's and hold the same channel one after the other (``sim/channels.py``: pair channel, the two
     devices' channels, or the sender's channel; under ``pipelined`` a sized transfer holds it only
-    for its bytes, so q1 = 0), each at least its cut cost. If x's goes first, v_e's begins no
-    earlier than finish(x) + c_xw and v_e+1 .. v_b-1 run after it arrives: start(w) >= finish(x) +
-    c_xw + c_e + p_e+1 + .. + p_b-1. If v_e's goes first, x's begins no earlier than finish(v_e) +
-    c_e >= finish(x) + p_a+1 + .. + p_e + c_e: start(w) >= finish(x) + that + c_xw. Either way
-    start(w) >= start(x) + p_a + c_xw + Q_e. Two cuts with x and w apart: v_e's transfer and x's
-    both end on w's device and hold its channel (``sequential``) or its receive channel
-    (``duplex``), and the same two orders give the same sum. With x and w together (two cuts or
-    more), x's run and w's run share a device and fit it (F3):
+    for its bytes, so q1 = 0), each at least its cut cost. A transfer is booked when its producer
+    finishes, in the order of the finishes, and begins once the channels are free of every transfer
+    booked before it (``engine.py``, ``book``: first come, first served, nothing jumps the queue).
+    If p_a+1 + .. + p_e > 0, v_e finishes after x, so v_e's transfer begins no earlier than
+    finish(x) + c_xw, and v_e+1 .. v_b-1 run after it arrives: start(w) >= finish(x) + c_xw + c_e +
+    p_e+1 + .. + p_b-1. Else whichever goes first, the other arrives at least c_xw + c_e after
+    finish(x). Either way start(w) >= start(x) + p_a + c_xw + Q_e. Two cuts with x and w apart: v_e's
+    transfer and x's both end on w's device and hold its channel (``sequential``) or its receive
+    channel (``duplex``), and the same argument gives the same sum, whatever the cuts between. With x
+    and w together (two cuts or more), x's run and w's run share a device and fit it (F3):
     the dynamic program's hole step (x's run, then the first and last cuts, then w's run, checked
     together) covers such placements; the ops in between are not charged memory, only the two cuts.
     So start(w) - start(x) is at least S plus the cuts in the span plus the charge, spans do not
@@ -950,23 +955,28 @@ def _side_routes(topo_order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge,
 
 
 @njit(cache=True)
-def _span_charge_us(e, state, held_after, x_run_bytes, capacity, time_us, edge_cut_us, before, pair_queue, end_queue,
-                    span_of, span_first, span_last, cross_us, is_chord, side_us, leave_us, route_ptr, route_cut,
+def _span_charge_us(e, state, held_after, x_run_bytes, between_us, capacity, time_us, edge_cut_us, before, pair_queue,
+                    end_queue, span_of, span_first, span_last, cross_us, is_chord, side_us, leave_us, route_ptr, route_cut,
                     route_pre, route_suf, q_bytes):
     """What a span adds to its cuts when its last cut is edge ``e`` (states of ``_path_cut_us``:
-    0 one cut, 1 three or more, 2 + k two, the first k + 1 edges before ``e``), w's run holding
-    ``held_after`` bytes of path units at least and x's run ``x_run_bytes[e]``."""
-    if e < 0 or span_of[e] < 0 or state == 1:
+    0 one cut, 2 + k two or more, the first k + 1 edges before ``e`` and the least cuts between,
+    ``between_us``), w's run holding ``held_after`` bytes of path units at least and x's run
+    ``x_run_bytes[e]``."""
+    if e < 0 or span_of[e] < 0:
         return 0.0
     s = span_of[e]
     a, b, cross = span_first[s], span_last[s], cross_us[s]
     inside = before[b] - before[a]          # S: the path from the start of x to the start of w
     if state == 0 and e == a and is_chord[s]:     # x's one transfer to w's device carries both edges
         return max(0.0, cross - edge_cut_us[a])
-    cuts = edge_cut_us[e] if state == 0 else edge_cut_us[e - (state - 2) - 1] + edge_cut_us[e]
+    cuts = edge_cut_us[e]
+    if state >= 2:
+        cuts += edge_cut_us[e - (state - 2) - 1] + between_us[e, state - 2]
     queued = 0.0
     if is_chord[s] and (pair_queue if state == 0 else end_queue):     # two transfers take turns
-        queued = edge_cut_us[e] + min(before[e + 1] - before[a + 1], before[b] - before[e + 1])
+        queued = edge_cut_us[e]
+        if before[e + 1] > before[a + 1]:   # x finishes first: its transfer is booked first
+            queued += before[b] - before[e + 1]
     if state == 0 and not is_chord[s] and route_ptr[s + 1] > route_ptr[s]:
         cross = leave_us[s]                 # the route changes device once, where both sides fit, or twice
         for k in range(route_ptr[s], route_ptr[s + 1]):
@@ -1017,6 +1027,29 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
                 seen[units[i]] = stamp
                 held += unit_bytes[units[i]]
             x_run_bytes[i] = held
+    # between[e, k]: least cost of the cuts strictly between f = e - k - 1 and e, both cut in one
+    # span, every run between them fitting (inf: none does)
+    between = np.full((max(m - 1, 1), width), np.inf)
+    for s in range(n_spans):
+        for f in range(span_first[s], span_last[s]):
+            if edge_cut_us[f] == np.inf:
+                continue
+            to = np.full(span_last[s] - f, np.inf)     # to[e - f]: least cuts after f up to e, e included
+            for e in range(f + 1, span_last[s]):
+                if edge_cut_us[e] == np.inf:
+                    continue
+                stamp += 1
+                held = 0.0
+                for j in range(e - 1, f - 1, -1):       # the run j + 1 .. e, after a cut at j
+                    u = units[j + 1]
+                    if seen[u] != stamp:
+                        seen[u] = stamp
+                        held += unit_bytes[u]
+                    if held > capacity:
+                        break
+                    prior = 0.0 if j == f else to[j - f]
+                    to[e - f] = min(to[e - f], prior + edge_cut_us[e])
+                between[e, e - f - 1] = to[e - f] - edge_cut_us[e]
     # value[e + 1, state]: least cost so far when the last cut is edge e (-1: none yet)
     value = np.full((m, width), np.inf)
     value[0, 0] = 0.0
@@ -1030,7 +1063,7 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
             v = value[e + 1, state]
             if v == np.inf:
                 continue
-            out = min(out, v + _span_charge_us(e, state, 0.0, x_run_bytes, capacity, time_us, edge_cut_us, before,
+            out = min(out, v + _span_charge_us(e, state, 0.0, x_run_bytes, between, capacity, time_us, edge_cut_us, before,
                                                pair_queue, end_queue, span_of, span_first, span_last, cross_us,
                                                is_chord, side_us, leave_us, route_ptr, route_cut, route_pre,
                                                route_suf, q_bytes))
@@ -1049,12 +1082,12 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
                 c = edge_cut_us[e2] if e2 < m - 1 else 0.0
                 if c == np.inf:
                     continue
-                same = e2 < m - 1 and e >= 0 and span_of[e] >= 0 and span_of[e2] == span_of[e]
-                if same:
-                    nxt = 2 + (e2 - e - 1) if state == 0 else 1
-                    value[e2 + 1, nxt] = min(value[e2 + 1, nxt], v + c)
+                if e2 < m - 1 and e >= 0 and span_of[e] >= 0 and span_of[e2] == span_of[e]:
+                    if state == 0:             # the span's last cut, the least cuts between
+                        nxt = 2 + (e2 - e - 1)
+                        value[e2 + 1, nxt] = min(value[e2 + 1, nxt], v + between[e2, e2 - e - 1] + c)
                     continue
-                total = v + c + _span_charge_us(e, state, held, x_run_bytes, capacity, time_us, edge_cut_us, before,
+                total = v + c + _span_charge_us(e, state, held, x_run_bytes, between, capacity, time_us, edge_cut_us, before,
                                                 pair_queue, end_queue, span_of, span_first, span_last, cross_us,
                                                 is_chord, side_us, leave_us, route_ptr, route_cut, route_pre,
                                                 route_suf, q_bytes)
