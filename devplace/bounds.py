@@ -423,8 +423,8 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     - K empty: 0 for a chord; for a side route L = max(0, P_Q + c1 + c2 - I), or min(P_Q, L) if
       the bytes of the run's path units plus B_Q fit the largest device;
     - K = {e}: max(0, c_xw - c_a) for a chord with e = a, else max(0, p_a + X + q1 Q_e - S - c_e),
-      Q_e = c_e + p_e+1 + .. + p_b-1 if p_a+1 + .. + p_e > 0, else c_e; q1 = 1 for a chord unless the model is
-      ``pipelined``, else 0; for a side route X is here the least of P_Q + c1 + c2 and P_Q + c(E_k)
+      Q_e = c_e + p_e+1 + .. + p_b-1 if p_a+1 + .. + p_e > 0, else c_e; q1 = 1 for a chord unless
+      the model is ``pipelined``, else 0; for a side route X is here the least of P_Q + c1 + c2 and P_Q + c(E_k)
       over its edges E_k such that the bytes of the route's off-path units before E_k fit beside
       the path units of v_a .. v_e, and those after it beside w's run's;
     - first cut f, last cut e > f, when the path does not come back to x's run before w (x and w
@@ -450,11 +450,10 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     start(w) >= finish(x) + P_Q + c1 + c2. One cut, side route: either the route changes device
     once, from x's device to w's, at some E_k (its ops before E_k on x's device with v_a .. v_e,
     those after on w's with w's run: both must fit, F3), so start(w) >= finish(x) + P_Q + c(E_k),
-    or it changes at least twice.
-    One cut e = a: x's one transfer to w's device carries the path edge
-    and the chord, so it lasts at least max(c_a, c_xw) (F2). One cut e > a: x's device is every op's
-    from a to e, w's every op's from e + 1 to b, so x's transfer and v_e's both go from x's device to
-    w's and hold the same channel one after the other (``sim/channels.py``: pair channel, the two
+    or it changes at least twice. One cut e = a: x's one transfer to w's device carries the path
+    edge and the chord, so it lasts at least max(c_a, c_xw) (F2). One cut e > a: x's device is
+    every op's from a to e, w's every op's from e + 1 to b, so x's transfer and v_e's both go from
+    x's device to w's and hold the same channel one after the other (``sim/channels.py``: pair channel, the two
     devices' channels, or the sender's channel; under ``pipelined`` a sized transfer holds it only
     for its bytes, so q1 = 0), each at least its cut cost. A transfer is booked when its producer
     finishes, in the order of the finishes, and begins once the channels are free of every transfer
@@ -462,9 +461,10 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     If p_a+1 + .. + p_e > 0, v_e finishes after x, so v_e's transfer begins no earlier than
     finish(x) + c_xw, and v_e+1 .. v_b-1 run after it arrives: start(w) >= finish(x) + c_xw + c_e +
     p_e+1 + .. + p_b-1. Else whichever goes first, the other arrives at least c_xw + c_e after
-    finish(x). Either way start(w) >= start(x) + p_a + c_xw + Q_e. Two cuts with x and w apart: v_e's
-    transfer and x's both end on w's device and hold its channel (``sequential``) or its receive
-    channel (``duplex``), and the same argument gives the same sum, whatever the cuts between. With x
+    finish(x). Either way start(w) >= start(x) + p_a + c_xw + Q_e. Two cuts or more with x and w
+    apart, e the last: v_e's transfer and x's both end on w's device and hold its channel
+    (``sequential``) or its receive channel (``duplex``), and the same argument gives the same sum,
+    whatever the cuts between. With x
     and w together (two cuts or more), x's run and w's run share a device and fit it (F3):
     the dynamic program's hole step (x's run, then the first and last cuts, then w's run, checked
     together) covers such placements; the ops in between are not charged memory, only the two cuts.
@@ -851,7 +851,8 @@ def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64
     inner = before[last] - before[first + 1]
     cross = np.concatenate([chord_cross, side_us + cut1])
     leave = np.concatenate([np.zeros(n_chords), side_us + cut1 + cut2])
-    together = np.concatenate([np.zeros(n_chords), np.minimum(side_us, np.maximum(0.0, leave[n_chords:] - inner[n_chords:]))])
+    together = np.concatenate([np.zeros(n_chords),
+                               np.minimum(side_us, np.maximum(0.0, leave[n_chords:] - inner[n_chords:]))])
     gain = np.maximum(cross - inner, together)
     span_of = np.full(max(m - 1, 0), -1, np.int64)
     taken = []
@@ -948,16 +949,16 @@ def _side_routes(topo_order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge,
                 elif c < c2:
                     c2 = c
                 if c1 < np.inf:
-                    out_a[found], out_b[found], out_p[found], out_c1[found], out_c2[found] = entry[v], b, length[v], c1, c2
-                    out_e[found] = e
+                    out_a[found], out_b[found], out_p[found] = entry[v], b, length[v]
+                    out_c1[found], out_c2[found], out_e[found] = c1, c2, e
                     found += 1
     return out_a[:found], out_b[:found], out_p[:found], out_c1[:found], out_c2[:found], out_e[:found], via
 
 
 @njit(cache=True)
 def _span_charge_us(e, state, held_after, x_run_bytes, between_us, capacity, time_us, edge_cut_us, before, pair_queue,
-                    end_queue, span_of, span_first, span_last, cross_us, is_chord, side_us, leave_us, route_ptr, route_cut,
-                    route_pre, route_suf, q_bytes):
+                    end_queue, span_of, span_first, span_last, cross_us, is_chord, side_us, leave_us, route_ptr,
+                    route_cut, route_pre, route_suf, q_bytes):
     """What a span adds to its cuts when its last cut is edge ``e`` (states of ``_path_cut_us``:
     0 one cut, 2 + k two or more, the first k + 1 edges before ``e`` and the least cuts between,
     ``between_us``), w's run holding ``held_after`` bytes of path units at least and x's run
@@ -1063,10 +1064,10 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
             v = value[e + 1, state]
             if v == np.inf:
                 continue
-            out = min(out, v + _span_charge_us(e, state, 0.0, x_run_bytes, between, capacity, time_us, edge_cut_us, before,
-                                               pair_queue, end_queue, span_of, span_first, span_last, cross_us,
-                                               is_chord, side_us, leave_us, route_ptr, route_cut, route_pre,
-                                               route_suf, q_bytes))
+            out = min(out, v + _span_charge_us(e, state, 0.0, x_run_bytes, between, capacity, time_us, edge_cut_us,
+                                               before, pair_queue, end_queue, span_of, span_first, span_last,
+                                               cross_us, is_chord, side_us, leave_us, route_ptr, route_cut,
+                                               route_pre, route_suf, q_bytes))
             stamp += 1
             held = 0.0
             inside_to = inside_from        # spans inside_from .. inside_to - 1 lie whole in the run
@@ -1087,10 +1088,10 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
                         nxt = 2 + (e2 - e - 1)
                         value[e2 + 1, nxt] = min(value[e2 + 1, nxt], v + between[e2, e2 - e - 1] + c)
                     continue
-                total = v + c + _span_charge_us(e, state, held, x_run_bytes, between, capacity, time_us, edge_cut_us, before,
-                                                pair_queue, end_queue, span_of, span_first, span_last, cross_us,
-                                                is_chord, side_us, leave_us, route_ptr, route_cut, route_pre,
-                                                route_suf, q_bytes)
+                total = v + c + _span_charge_us(e, state, held, x_run_bytes, between, capacity, time_us,
+                                                edge_cut_us, before, pair_queue, end_queue, span_of, span_first,
+                                                span_last, cross_us, is_chord, side_us, leave_us, route_ptr,
+                                                route_cut, route_pre, route_suf, q_bytes)
                 for s in range(inside_from, inside_to):
                     total += _together_us(s, held, capacity, before, span_first, span_last, is_chord, side_us,
                                           leave_us, q_bytes)

@@ -523,7 +523,8 @@ def branch_instance(seed: int, n_chain: int = 5, n_devices: int = 3):
     for name in side:
         b.add_op(name, compute_us=float(rng.integers(1, 10)), persistent_bytes=float(rng.choice([0, 1, 2])) * MIB)
     for u, v in zip([f"c{start}"] + side, side + [f"c{end}"]):
-        b.add_edge(u, v, bytes=float(rng.integers(10, 60)) * 1e3, fixed_us=float(rng.integers(10, 40)) if rng.random() < 0.5 else None)
+        b.add_edge(u, v, bytes=float(rng.integers(10, 60)) * 1e3,
+                   fixed_us=float(rng.integers(10, 40)) if rng.random() < 0.5 else None)
     if rng.random() < 0.3:
         b.add_edge(f"c{start}", f"c{end}", fixed_us=float(rng.integers(10, 50)))
     latency, bandwidth = uniform_links(n_devices, float(rng.integers(0, 5)), 2e3)
