@@ -403,3 +403,148 @@ def test_a_cut_costs_the_cheapest_link_between_devices_its_two_ends_may_use():
     assert relaxation(graph, cluster).cut_us == pytest.approx([100.1, 100.1])
     bounds = lower_bounds(graph, cluster)
     assert bounds["comm_path_us"] == pytest.approx(30.0) and brute_force(graph, cluster) == 30.0
+
+
+def residual_instance(seed: int, n_ops: int = 7, n_devices: int = 3):
+    """A chain of ``n_ops`` ops with one or two skip edges (chords, as a residual block's) that cost
+    more than the ops they skip, persistent bytes that force the chain onto two or three devices,
+    a random communication model, op gap and message overheads: memory forces cuts, and a cut
+    inside a chord's span makes the chord cross too."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    for i in range(n_ops):
+        b.add_op(f"op{i}", compute_us=float(rng.integers(0, 12)),
+                 persistent_bytes=float(rng.choice([0, 2, 3, 4])) * MIB)
+    for i in range(n_ops - 1):
+        b.add_edge(f"op{i}", f"op{i + 1}", bytes=float(rng.integers(1, 40)) * 1e3,
+                   fixed_us=float(rng.integers(2, 20)) if rng.random() < 0.5 else None)
+    starts = rng.choice(n_ops - 2, size=int(rng.integers(1, 3)), replace=False)
+    for i in starts:
+        j = int(min(n_ops - 1, i + rng.integers(2, 5)))
+        b.add_edge(f"op{i}", f"op{j}", bytes=float(rng.integers(20, 80)) * 1e3,
+                   fixed_us=float(rng.integers(20, 60)) if rng.random() < 0.5 else None)
+    overhead = float(rng.choice([0.0, 0.0, 2.0]))
+    latency, bandwidth = uniform_links(n_devices, float(rng.integers(0, 5)), 2e3)
+    cluster = Cluster(
+        name="tiny", devices=[Device(f"d{i}", "gpu", float(rng.choice([7, 8, 10])) * MIB) for i in range(n_devices)],
+        comm_model=str(rng.choice(["parallel", "sequential", "duplex", "pipelined"])),
+        latency_us=latency, bandwidth_bytes_per_us=bandwidth, op_gap_us=float(rng.choice([0.0, 1.0])),
+        send_overhead_us=np.full((n_devices, n_devices), overhead),
+        recv_overhead_us=np.full((n_devices, n_devices), overhead))
+    return b.build(), cluster
+
+
+def without_spans(monkeypatch):
+    """The bounds as they were before spans were charged: none on any path."""
+    from devplace import bounds
+
+    none, empty = np.zeros(0, np.int64), np.zeros(0)
+    monkeypatch.setattr(bounds, "_path_spans", lambda graph, rel, path_ops: (
+        np.full(max(len(path_ops) - 1, 0), -1, np.int64), none, none, empty, np.zeros(0, bool), empty, empty,
+        np.zeros(1, np.int64), empty, empty, empty, empty))
+
+
+@pytest.mark.parametrize("make", ["residual_instance", "branch_instance"])
+def test_spans_never_lift_the_memory_path_bound_above_the_brute_force_optimum(monkeypatch, make):
+    raised = 0
+    for seed in range(30):
+        graph, cluster = globals()[make](seed)
+        optimum = brute_force(graph, cluster, n_orders=3, seed=seed)
+        bounds = lower_bounds(graph, cluster)
+        for name in BOUND_NAMES:
+            assert bounds[name] <= optimum * (1 + 1e-9) + 1e-9, (seed, name, bounds, optimum)
+        with monkeypatch.context() as patch:
+            without_spans(patch)
+            before = lower_bounds(graph, cluster)["best_us"]
+        raised += bounds["best_us"] > before * (1 + 1e-9)
+    assert raised >= 8, raised      # not vacuous: the spans raise the best bound on many of them
+
+
+def ten_us_ops(mib: dict, edges_us: list):
+    """A graph of 10 us ops with these persistent MiB and these fixed-time edges (u, v, us)."""
+    b = GraphBuilder(["gpu"])
+    for name, per in mib.items():
+        b.add_op(name, compute_us=10.0, persistent_bytes=per * MIB)
+    for u, v, us in edges_us:
+        b.add_edge(u, v, fixed_us=us)
+    return b.build()
+
+
+@pytest.mark.parametrize("comm_model, expected_us", [("sequential", 75.0), ("parallel", 70.0), ("pipelined", 70.0)])
+def test_a_cut_inside_a_residual_span_makes_the_skip_cross_too(monkeypatch, comm_model, expected_us):
+    """x -> y -> w (10 us each, path edges 5 us) and the skip x -> w (50 us); x and w hold 6 and
+    5 MiB of 10, so they never share a device and the critical path already pays the skip: 70 us.
+    Under ``sequential`` a cut between y and w queues behind the skip on the same channel: x's
+    transfer and y's take turns, start(w) >= 10 + 50 + 5 = 65 (run y first: 10 + 10 + 5 + 50), and
+    cutting x -> y instead sends x's one transfer for 50 us, then y runs: 70 + 10. So 75 us, the
+    brute-force optimum. Under ``parallel`` the bound may not assume that a cut x -> y and y -> w
+    (three devices in its relaxation) share a channel with the skip; under ``pipelined`` no two
+    transfers are assumed to queue: 70 us there."""
+    graph = ten_us_ops({"x": 6, "y": 0, "w": 5}, [("x", "y", 5.0), ("y", "w", 5.0), ("x", "w", 50.0)])
+    cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model=comm_model)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["critical_path_us"] == 70.0
+    assert bounds["memory_path_us"] == expected_us <= brute_force(graph, cluster, n_orders=6) == 75.0
+    without_spans(monkeypatch)
+    assert lower_bounds(graph, cluster)["memory_path_us"] < 70.0
+
+
+def test_a_hole_needs_the_runs_of_both_ends_of_a_chord_to_fit_one_device(monkeypatch):
+    """a -> x -> y -> w -> d (10 us each, 3 MiB each of 10: at most three per device; edges a -> x
+    and w -> d 20 us, the others 5) with a 50 us skip x -> w. Sending y alone away and back keeps
+    the skip local for two 5 us cuts, but then x's run (a, x) and w's (w, d) must share a device:
+    12 MiB. So a hole costs a third cut, w -> d (a, x and w on one device: 50 + 5 + 5 + 20), and a
+    single cut inside the span pays the skip: 80 us, the brute-force optimum. Without the chords
+    the path's cheapest split is one 5 us cut: 55 us."""
+    graph = ten_us_ops(dict.fromkeys("axywd", 3), [("a", "x", 20.0), ("x", "y", 5.0), ("y", "w", 5.0),
+                                                   ("w", "d", 20.0), ("x", "w", 50.0)])
+    cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="sequential")
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["memory_path_us"] == 80.0 == brute_force(graph, cluster, n_orders=6) == bounds["best_us"]
+    without_spans(monkeypatch)
+    assert lower_bounds(graph, cluster)["memory_path_us"] == 55.0
+
+
+def branch_instance(seed: int, n_chain: int = 5, n_devices: int = 3):
+    """A chain of ``n_chain`` ops and a side branch of one or two ops that leaves it at one op and
+    rejoins it two to four ops later (as a downsample block's projection), sometimes a skip edge
+    too; persistent bytes that force the chain onto two or three devices, transfers that cost more
+    than the branch, a random communication model and op gap."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    for i in range(n_chain):
+        b.add_op(f"c{i}", compute_us=float(rng.integers(2, 12)), persistent_bytes=float(rng.choice([0, 2, 3, 4])) * MIB)
+    for i in range(n_chain - 1):
+        b.add_edge(f"c{i}", f"c{i + 1}", bytes=float(rng.integers(1, 40)) * 1e3,
+                   fixed_us=float(rng.integers(2, 20)) if rng.random() < 0.5 else None)
+    start = int(rng.integers(0, n_chain - 2))
+    end = int(min(n_chain - 1, start + rng.integers(2, 5)))
+    side = [f"s{k}" for k in range(int(rng.integers(1, 3)))]
+    for name in side:
+        b.add_op(name, compute_us=float(rng.integers(1, 10)), persistent_bytes=float(rng.choice([0, 1, 2])) * MIB)
+    for u, v in zip([f"c{start}"] + side, side + [f"c{end}"]):
+        b.add_edge(u, v, bytes=float(rng.integers(10, 60)) * 1e3,
+                   fixed_us=float(rng.integers(10, 40)) if rng.random() < 0.5 else None)
+    if rng.random() < 0.3:
+        b.add_edge(f"c{start}", f"c{end}", fixed_us=float(rng.integers(10, 50)))
+    latency, bandwidth = uniform_links(n_devices, float(rng.integers(0, 5)), 2e3)
+    cluster = Cluster(
+        name="tiny", devices=[Device(f"d{i}", "gpu", float(rng.choice([7, 8, 10])) * MIB) for i in range(n_devices)],
+        comm_model=str(rng.choice(["parallel", "sequential", "duplex", "pipelined"])),
+        latency_us=latency, bandwidth_bytes_per_us=bandwidth, op_gap_us=float(rng.choice([0.0, 1.0])))
+    return b.build(), cluster
+
+
+def test_a_side_branch_that_cannot_leave_runs_beside_the_path_on_its_device(monkeypatch):
+    """x -> a -> w -> z (10 us each) and a side branch x -> q -> w (10 us); w -> z costs 20 us, the
+    block's edges 40. x and z (5 and 6 MiB of 10) never share a device, so the path pays a cut, at
+    best w -> z: 60 us. Keeping x, a and w together, q either runs on their device too (a and q
+    one after the other: +10 us) or leaves and comes back (two 40 us cuts); a cut inside the block
+    costs 40: 70 us, the brute-force optimum."""
+    graph = ten_us_ops({"x": 5, "a": 0, "w": 0, "z": 6, "q": 0}, [("x", "a", 40.0), ("a", "w", 40.0), ("w", "z", 20.0),
+                                                                ("x", "q", 40.0), ("q", "w", 40.0)])
+    cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="parallel")
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["memory_path_us"] == 70.0 == brute_force(graph, cluster, n_orders=6) == bounds["best_us"]
+    without_spans(monkeypatch)
+    assert lower_bounds(graph, cluster)["memory_path_us"] == 60.0
