@@ -72,6 +72,8 @@ DEVPLACE = {
                tanh_constant=0.0, learning_rate=0.001, noise_updates=0, normalize_advantage=True, **ROUND4, **ROUND5,
                **ROUND6),
 }
+# per model, changes to DEVPLACE (round 7, measured: benchmarks/learner_variants.py)
+MODEL_OPTIONS: dict[str, dict] = {}
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
 MODELS = {
@@ -125,12 +127,13 @@ def random_search(graph, cluster, samples: int, time_budget_s: float | None, ord
     return {"best_step_us": best, "curve": thinned(curve), "orders": orders, "carry_order": carry_order}
 
 
-def learner_options(algo: str, config: str) -> dict:
+def learner_options(algo: str, config: str, model: str) -> dict:
     """The options of ``algo`` under ``config``: none for the papers' defaults; for devplace's variant,
-    ``DEVPLACE`` and a warm start from the fastest of ``WARM_STARTS`` on this model."""
+    ``DEVPLACE`` with ``MODEL_OPTIONS``' changes for ``model`` and a warm start from the fastest of
+    ``WARM_STARTS`` on it."""
     if config == "paper":
         return {}
-    return DEVPLACE[algo] | {"init": WARM_STARTS}
+    return DEVPLACE[algo] | MODEL_OPTIONS.get(model, {}) | {"init": WARM_STARTS}
 
 
 def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None, options: dict) -> dict:
@@ -334,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         for algo in [a.strip() for a in args.learners.split(",") if a.strip()]:
             label = run_label(algo, args.config)
             entry[label] = learner(graph, cluster, algo, samples, args.time_budget_s,
-                                   learner_options(algo, args.config))
+                                   learner_options(algo, args.config, name))
             run = entry[label]
             print(f"  {label}: {run.get('best_step_us', math.nan) / 1e3:.2f} ms in {run['seconds']} s "
                   f"{run.get('error', '')} (init {run.get('init_step_us', math.nan) / 1e3:.2f} ms, "
@@ -342,10 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         # as many samples as the learners drew (the comparison is at equal samples), scored in their orders
         drawn = [entry[run_label(a, args.config)].get("samples", samples) for a in LEARNERS
                  if run_label(a, args.config) in entry]
-        devplace = args.config == "devplace"
-        orders = ROUND4["schedule_orders"] if devplace else "topological"
-        entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s, orders,
-                                        devplace and ROUND6["carry_order"])
+        scored = learner_options(LEARNERS[0], args.config, name)     # the learners' orders, the same for both
+        entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s,
+                                        scored.get("schedule_orders", "topological"), scored.get("carry_order", False))
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
         results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
         kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes

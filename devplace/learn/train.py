@@ -24,6 +24,10 @@ best placement so far with a few groups moved (``explore_around``), a policy-gui
 can leave the best's basin when the policy has learned a better one. With ``carry_order`` every sample
 is also simulated in the best placement's order (``PlacementEnv``'s ``carried``): the warm start's
 own order at first, then the order each new best was fastest in, as sim-search carries its order.
+Where the step order interleaves the layers (GNMT), ``module_moves`` adds whole-module moves to each deviating
+sample and ``module_alone_share`` of each batch is the best with one module moved and nothing else
+(``module_shifts``, towards the least busy device with probability ``module_idle_share``): search moves, as
+sim-search's layer move, never credited to the policy; a search sample is left out of the update altogether.
 
 The best placement that fits memory is kept and returned. Every ``checkpoint_every`` updates (and
 at the end) the whole state (parameters, optimizer, generator, baseline, counters, best, log) is
@@ -226,14 +230,12 @@ def boundary_shifts(group_centre: np.ndarray, k: int, expected: float, generator
 
 def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_devices: int, n_groups: int, k: int,
                    generator: torch.Generator, boundary_moves: float, draw,
-                   layer_of_unit: np.ndarray | None = None, module_of_unit: np.ndarray | None = None,
-                   module_moves: float = 0.0) -> Sample:
+                   layer_of_unit: np.ndarray | None = None) -> Sample:
     """Option deviate_from=best for a policy that places groups of units: ``draw(group_centre (K, G),
     preset)`` deviates around each group's majority device of the centre; a moved group's units all take its
     new device, every other unit keeps the centre's (so the centre is held exactly, finer than the groups).
-    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``); with
-    ``module_of_unit`` (option module_moves) about ``module_moves`` module layers move as well
-    (``module_shifts``: outside the policy, so its log-probability does not count them)."""
+    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``). Option
+    module_moves' whole-module moves are added by ``reinforce`` (``module_shifts``), outside the policy."""
     group_centre = unit_majority(centre_units, group_of_unit, n_devices, n_groups)
     around = torch.from_numpy(group_centre).expand(k, -1)
     drawn = draw(around, boundary_shifts(group_centre, k, boundary_moves, generator))
@@ -241,19 +243,20 @@ def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_device
     actions = torch.where(moved, drawn.actions[:, group_of_unit], torch.from_numpy(centre_units).expand(k, -1))
     if layer_of_unit is not None:
         actions = torch.from_numpy(with_layers(actions.numpy(), moved.numpy(), layer_of_unit))
-    if module_of_unit is not None and module_moves > 0:
-        actions = torch.from_numpy(module_shifts(actions.numpy(), centre_units, module_of_unit, module_moves,
-                                                 n_devices, generator))
     return Sample(actions, drawn.log_prob, drawn.entropy)
 
 
 def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_unit: np.ndarray, expected: float,
-                  n_devices: int, generator: torch.Generator) -> np.ndarray:
+                  n_devices: int, generator: torch.Generator, busy_us: np.ndarray | None = None,
+                  idle_share: float = 0.0) -> np.ndarray:
     """Option module_moves: (K, U) devices where each sample moves ``expected`` module layers (``module_of_unit``;
     its integer part, and one more with the probability of its fraction), drawn evenly without repeats, each
     with all its units to one device drawn evenly from those other than its majority device in the centre:
     one move at a time, as sim-search moves. On GNMT-4 a descent over such moves from the expert passes sim-search (BENCHMARKS.md,
     "Learning placers", round 6); the learners' groups, slices of the step, each hold pieces of 1-7 modules.
+    With ``busy_us`` (the centre's compute time per device; option module_idle_share) each module goes instead,
+    with probability ``idle_share``, to the least busy device other than its own, as sim-search's layer move
+    does half the time.
 
     >>> module_shifts(np.zeros((1, 4), dtype=np.int64), np.zeros(4, dtype=np.int64), np.array([0, 0, 1, 1]), 2.0,
     ...               2, torch.Generator().manual_seed(0))     # both modules, each to the other device
@@ -266,7 +269,28 @@ def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_
     rank = torch.rand(k, n_modules, generator=generator).argsort(dim=1).argsort(dim=1)    # a random order per sample
     move = (rank < count.unsqueeze(1)).numpy()
     target = (majority + torch.randint(1, n_devices, (k, n_modules), generator=generator).numpy()) % n_devices
+    if busy_us is not None and idle_share > 0:
+        others = np.where(np.arange(n_devices)[None] == majority[:, None], np.inf, np.asarray(busy_us)[None])
+        idle = (torch.rand(k, n_modules, generator=generator) < idle_share).numpy()
+        target = np.where(idle, others.argmin(axis=1)[None], target)
     return np.where(move[:, module_of_unit], target[:, module_of_unit], unit_devices)
+
+
+def unit_compute_us(graph, cluster, unit_of: np.ndarray) -> np.ndarray:
+    """(units, devices) compute time of each unit on each device (its ops' times plus the per-op gap), so a
+    placement's busy time per device is a sum (option module_idle_share: sim-search's ``busy_us``)."""
+    from devplace.sim import Simulator
+
+    per_op = Simulator(graph, cluster).op_time_us + cluster.op_gap_us
+    out = np.zeros((int(unit_of.max()) + 1, cluster.n_devices))
+    np.add.at(out, unit_of, per_op)
+    return out
+
+
+def busy_of(unit_devices: np.ndarray, compute_us: np.ndarray) -> np.ndarray:
+    """Compute time per device of a placement of units (``unit_compute_us``)."""
+    return np.bincount(unit_devices, weights=compute_us[np.arange(len(unit_devices)), unit_devices],
+                       minlength=compute_us.shape[1])
 
 
 def module_labels(graph, unit_of: np.ndarray) -> np.ndarray | None:
@@ -360,31 +384,65 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     if options.boundary_moves > 0 and options.deviate_from != "best":
         raise DevplaceError(f"{name}: option boundary_moves needs deviate_from=best (boundaries of the best "
                             f"placement so far)")
-    if (options.layer_moves or options.module_moves > 0) and options.deviate_from != "best":
-        raise DevplaceError(f"{name}: options layer_moves and module_moves need deviate_from=best (layers moved "
-                            f"from the best placement so far)")
+    if (options.layer_moves or options.module_moves > 0 or options.module_alone_share > 0) and \
+            options.deviate_from != "best":
+        raise DevplaceError(f"{name}: options layer_moves, module_moves and module_alone_share need "
+                            f"deviate_from=best (layers moved from the best placement so far)")
+    for field in ("module_alone_share", "module_idle_share"):
+        if not 0 <= getattr(options, field) <= 1:
+            raise DevplaceError(f"{name}: option {field}={getattr(options, field)} must be between 0 and 1")
+    if options.fresh_share + options.module_alone_share > 1:
+        raise DevplaceError(f"{name}: options fresh_share + module_alone_share = "
+                            f"{options.fresh_share + options.module_alone_share} must be at most 1 (shares of a batch)")
+    wants_modules = options.module_moves > 0 or options.module_alone_share > 0
+    modules = module_labels(graph, unit_of) if wants_modules else None
+    compute_us = unit_compute_us(graph, cluster, unit_of) if modules is not None and options.module_idle_share > 0 \
+        else None
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
+
+    def shifted(rows: np.ndarray, around: np.ndarray, expected: float, generator) -> np.ndarray:
+        """``rows`` with ``expected`` whole modules moved from ``around`` (options module_moves, module_idle_share)."""
+        busy_us = None if compute_us is None else busy_of(around, compute_us)
+        return module_shifts(rows, around, modules, expected, cluster.n_devices, generator, busy_us,
+                             options.module_idle_share)
 
     def step(k, generator, state, rollouts, reward) -> Update:
         noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
         around = centre(state) if options.deviate_from == "best" else None
         fresh = int(options.fresh_share * k + 0.5) if around is not None else 0
-        drawn = sample(k - fresh, generator, noise, around) if fresh < k else None
+        alone = min(k - fresh, int(options.module_alone_share * k + 0.5)) if around is not None and \
+            modules is not None else 0
+        parts, credited = [], []
+        if k - fresh - alone:     # the policy's deviations from the best (or its samples, without a centre)
+            drawn = sample(k - fresh - alone, generator, noise, around)
+            if around is not None and modules is not None and options.module_moves > 0:
+                drawn.actions = torch.from_numpy(shifted(drawn.actions.numpy(), around, options.module_moves,
+                                                         generator))
+            parts.append(drawn)
+            credited += [True] * (k - fresh - alone)
+        if alone:     # search samples: the best with one module moved, no policy decision, so nothing credited
+            rows = torch.from_numpy(shifted(np.tile(around, (alone, 1)), around, 1.0, generator))
+            parts.append(Sample(rows, torch.zeros(alone), torch.zeros(alone)))
+            credited += [False] * alone
         if fresh:     # the last `fresh` rows are drawn from the policy whole, so a run can leave the best's basin
-            whole = sample(fresh, generator, noise, None, fresh=True)
-            drawn = whole if drawn is None else Sample(*(torch.cat([getattr(drawn, f), getattr(whole, f)])
-                                                         for f in ("actions", "log_prob", "entropy")))
+            parts.append(sample(fresh, generator, noise, None, fresh=True))
+            credited += [True] * fresh
+        drawn = Sample(*(torch.cat([getattr(part, f) for part in parts]) for f in ("actions", "log_prob", "entropy")))
         unit_devices = drawn.actions.numpy()
         outcomes = rollouts.evaluate(unit_devices)
-        rewards = reward(outcomes)
+        mine = np.asarray(credited)
+        if not mine.any():     # only search samples: the policy and its baseline are left as they are
+            return Update(unit_devices, outcomes, math.nan, math.nan)
+        rewards = reward(outcomes)[mine]
+        log_prob, entropy = drawn.log_prob[torch.from_numpy(mine)], drawn.entropy[torch.from_numpy(mine)]
         if state.baseline is None:
             state.baseline = float(rewards.mean())
         advantage = rewards - state.baseline
-        if options.normalize_advantage and k > 1:
+        if options.normalize_advantage and len(rewards) > 1:
             advantage = advantage / (rewards.std() + 1e-8)
-        loss = -(torch.as_tensor(advantage, dtype=torch.float32) * drawn.log_prob).mean()
+        loss = -(torch.as_tensor(advantage, dtype=torch.float32) * log_prob).mean()
         if options.entropy_weight:
-            loss = loss - options.entropy_weight * drawn.entropy.mean()
+            loss = loss - options.entropy_weight * entropy.mean()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(options, state.update)
         optimizer.zero_grad()
@@ -393,7 +451,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
             torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
         optimizer.step()
         state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
-        return Update(unit_devices, outcomes, float(drawn.entropy.detach().mean()), float(loss.detach()))
+        return Update(unit_devices, outcomes, float(entropy.detach().mean()), float(loss.detach()))
 
     return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone)
 
