@@ -3,7 +3,9 @@
 
 For each model, on the papers' clusters: colocrl and hp train for ``--samples`` simulated placements
 (and at most ``--time-budget-s`` each); random search draws the same number of placements (the
-``random`` placer's, one seed each) in the same run. Their best step time so far is recorded
+``random`` placer's, one seed each) in the same run; under ``--config devplace``, where the layers
+interleave (GNMT), so does a module-move search alone from the learners' warm start (``module_search``:
+what the learners' search moves reach without the policy). Their best step time so far is recorded
 against samples and against wall-clock seconds, beside the final step times of single, expert,
 m-SCT+opt and sim-search.
 
@@ -127,6 +129,19 @@ def random_search(graph, cluster, samples: int, time_budget_s: float | None, ord
     return {"best_step_us": best, "curve": thinned(curve), "orders": orders, "carry_order": carry_order}
 
 
+def module_search(graph, cluster, samples: int, options: dict) -> dict | None:
+    """Where the step order interleaves the layers (``learn.train.module_labels``), the yardstick of what the
+    policy adds: a learner run with ``options`` (the same warm start, orders and module moves) whose every
+    sample is a search sample (``module_alone_share=1``, ``fresh_share=0``: the best so far with one random
+    module moved), so the policy never decides and never updates; the same for either learner. None elsewhere."""
+    from devplace.learn.train import module_labels
+    from devplace.transforms import colocation_units
+
+    if module_labels(graph, colocation_units(graph)) is None:
+        return None
+    return learner(graph, cluster, "hp", samples, None, options | {"module_alone_share": 1.0, "fresh_share": 0.0})
+
+
 def learner_options(algo: str, config: str, model: str) -> dict:
     """The options of ``algo`` under ``config``: none for the papers' defaults; for devplace's variant,
     ``DEVPLACE`` with ``MODEL_OPTIONS``' changes for ``model`` and a warm start from the fastest of
@@ -199,7 +214,8 @@ def plot(name: str, entry: dict) -> None:
     from matplotlib import pyplot as plt
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    runs = {label: entry[label] for label in (*run_labels(), "random") if "curve" in entry.get(label, {})}
+    runs = {label: entry[label] for label in (*run_labels(), "random", "module_search")
+            if "curve" in entry.get(label, {})}
     for column, (index, label) in enumerate(((0, "simulated placements"), (1, "wall-clock seconds"))):
         for algo, run in runs.items():
             points = [(p[index], p[2] / 1e3) for p in run["curve"] if math.isfinite(p[2])]
@@ -266,7 +282,8 @@ def learning_table(results: dict, config: str = "devplace") -> str:
     best sample beat the start, random search at the same number of samples, expert and m-SCT+opt, and how far
     it is from sim-search (ms; "-": not run or no rule)."""
     head = ["model", "learner", "warm start", "samples", "best sample", "returned", "beat start",
-            "random (same samples)", "beat random", "expert", "m-sct+opt", "sim-search", "returned vs sim-search"]
+            "random (same samples)", "beat random", "module search alone (same samples)", "expert", "m-sct+opt",
+            "sim-search", "returned vs sim-search"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, entry in results.items():
         for algo in LEARNERS:
@@ -280,7 +297,9 @@ def learning_table(results: dict, config: str = "devplace") -> str:
             lines.append("| " + " | ".join([
                 MODELS[name][0], algo, f"{run['init']} {ms(run['init_step_us'])}", f"{run['samples']:,}",
                 ms(best), f"{ms(returned)} ({run['returned']})", "yes" if best < run["init_step_us"] else "no",
-                ms(random_us), "yes" if best < random_us else "no", ms(base["expert"]), ms(base["m-sct+opt"]),
+                ms(random_us), "yes" if best < random_us else "no",
+                ms(best_at(entry["module_search"]["curve"], run["samples"]) if "module_search" in entry else None),
+                ms(base["expert"]), ms(base["m-sct+opt"]),
                 ms(base["sim-search"]), f"{100 * (returned / base['sim-search'] - 1):+.1f}%"]) + " |")
     return "\n".join(lines)
 
@@ -349,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s,
                                         scored.get("schedule_orders", "topological"), scored.get("carry_order", False))
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
+        searched = module_search(graph, cluster, max(drawn, default=samples), scored) if scored else None
+        if searched is not None:
+            entry["module_search"] = searched
+            print(f"  module search alone: {searched['best_step_us'] / 1e3:.2f} ms", flush=True)
         results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
         kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes
         results[name] = kept | entry
