@@ -698,6 +698,9 @@ def test_module_alone_share_samples_one_module_move_and_credits_nothing(monkeypa
                       module_alone_share=1.0, log=str(log), **HP_FAST)
     assert placed.options["samples_simulated"] == 12
     assert all(row["loss"] == "nan" for row in csv.DictReader(log.open()))
+    gains = placed.options["gain_us_by"]     # every gain below the warm start was a search sample's
+    assert set(gains) <= {"search"} and sum(gains.values()) == pytest.approx(
+        placed.options["init_step_us"] - min(placed.options["init_step_us"], placed.options["learned_step_us"]))
     with pytest.raises(DevplaceError, match="fresh_share \\+ module_alone_share"):
         dp.place(g, SLOW_LINK, algo="hp", samples=4, init="single", deviate_from="best", module_alone_share=0.5,
                  fresh_share=0.75, **HP_FAST)

@@ -103,6 +103,7 @@ class _State:
     init_source: str | None = None            # the placer whose placement is the warm start (the fastest of option init)
     init_candidates: dict = dataclasses.field(default_factory=dict)   # each init placer's step time (None: overflows)
     carried: np.ndarray | None = None         # option carry_order: the best placement's priority (None: topological)
+    gain_us_by: dict = dataclasses.field(default_factory=dict)   # step time gained below the best so far, per kind of sample
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -354,12 +355,14 @@ class _Carrying:
 @dataclasses.dataclass
 class Update:
     """What one policy update reports to the loop: the placements it sampled, their outcomes, the mean
-    entropy per decision and its loss."""
+    entropy per decision, its loss and, if the learner tells them apart, each sample's kind (``reinforce``:
+    deviation, search or fresh), so the figures say which kind found the gains (``gain_us_by``)."""
 
     unit_devices: np.ndarray
     outcomes: object
     entropy: float
     loss: float
+    kinds: list[str] | None = None
 
 
 # one update: (placements to sample, generator, run state, the batch evaluator, the reward) -> Update
@@ -412,27 +415,27 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
         fresh = int(options.fresh_share * k + 0.5) if around is not None else 0
         alone = min(k - fresh, int(options.module_alone_share * k + 0.5)) if around is not None and \
             modules is not None else 0
-        parts, credited = [], []
+        parts, kinds = [], []
         if k - fresh - alone:     # the policy's deviations from the best (or its samples, without a centre)
             drawn = sample(k - fresh - alone, generator, noise, around)
             if around is not None and modules is not None and options.module_moves > 0:
                 drawn.actions = torch.from_numpy(shifted(drawn.actions.numpy(), around, options.module_moves,
                                                          generator))
             parts.append(drawn)
-            credited += [True] * (k - fresh - alone)
+            kinds += ["deviation" if around is not None else "policy"] * (k - fresh - alone)
         if alone:     # search samples: the best with one module moved, no policy decision, so nothing credited
             rows = torch.from_numpy(shifted(np.tile(around, (alone, 1)), around, 1.0, generator))
             parts.append(Sample(rows, torch.zeros(alone), torch.zeros(alone)))
-            credited += [False] * alone
+            kinds += ["search"] * alone
         if fresh:     # the last `fresh` rows are drawn from the policy whole, so a run can leave the best's basin
             parts.append(sample(fresh, generator, noise, None, fresh=True))
-            credited += [True] * fresh
+            kinds += ["fresh"] * fresh
         drawn = Sample(*(torch.cat([getattr(part, f) for part in parts]) for f in ("actions", "log_prob", "entropy")))
         unit_devices = drawn.actions.numpy()
         outcomes = rollouts.evaluate(unit_devices)
-        mine = np.asarray(credited)
+        mine = np.asarray([kind != "search" for kind in kinds])
         if not mine.any():     # only search samples: the policy and its baseline are left as they are
-            return Update(unit_devices, outcomes, math.nan, math.nan)
+            return Update(unit_devices, outcomes, math.nan, math.nan, kinds)
         rewards = reward(outcomes)[mine]
         log_prob, entropy = drawn.log_prob[torch.from_numpy(mine)], drawn.entropy[torch.from_numpy(mine)]
         if state.baseline is None:
@@ -451,7 +454,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
             torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
         optimizer.step()
         state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
-        return Update(unit_devices, outcomes, float(entropy.detach().mean()), float(loss.detach()))
+        return Update(unit_devices, outcomes, float(entropy.detach().mean()), float(loss.detach()), kinds)
 
     return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone)
 
@@ -498,7 +501,12 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                 break
             k = min(options.samples_per_update, options.samples - state.samples)
             done = step(k, generator, state, _Carrying(rollouts, state), reward)
-            if _keep_best(state, done.unit_devices, done.outcomes) and options.carry_order and (
+            floor_us = min(state.best_step_us, math.inf if state.init_step_us is None else state.init_step_us)
+            best = _keep_best(state, done.unit_devices, done.outcomes)
+            if best is not None and done.kinds is not None and state.best_step_us < floor_us < math.inf:
+                kind = done.kinds[best]
+                state.gain_us_by[kind] = state.gain_us_by.get(kind, 0.0) + floor_us - state.best_step_us
+            if best is not None and options.carry_order and (
                     state.init_step_us is None or state.best_step_us < state.init_step_us):
                 state.carried = whole.order_of(state.best_units[unit_of], state.carried)
             state.update += 1
@@ -521,7 +529,8 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
     devices = np.asarray(state.best_units, dtype=np.int64)[unit_of] if learned else state.init_devices
     figures = {"updates": state.update, "samples_simulated": state.samples, "stopped_by": stopped_by,
                "train_s": round(state.wall_s, 3), "units": int(unit_of.max()) + 1,
-               "step_us": state.best_step_us if learned else state.init_step_us}
+               "step_us": state.best_step_us if learned else state.init_step_us,
+               "gain_us_by": state.gain_us_by}
     if options.init:
         figures |= {"init": state.init_source, "init_candidates": state.init_candidates,
                     "init_step_us": state.init_step_us, "init_fit": state.init_fit,
@@ -530,15 +539,15 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
     return Placement(devices=devices, priority=whole.order_of(devices, state.carried), options=figures)
 
 
-def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> bool:
-    """Keep the fastest fitting sample if it beats the best so far (True then), and the least overflow."""
-    improved = False
+def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> int | None:
+    """Keep the fastest fitting sample if it beats the best so far (its row then), and the least overflow."""
+    improved = None
     fits = np.flatnonzero(~outcomes.oom)
     if len(fits):
         i = int(fits[np.argmin(outcomes.step_us[fits])])
         if outcomes.step_us[i] < state.best_step_us:
             state.best_step_us, state.best_units = float(outcomes.step_us[i]), unit_devices[i].copy()
-            improved = True
+            improved = i
     i = int(np.argmin(outcomes.over_bytes))
     if outcomes.over_bytes[i] < state.least_over_bytes:
         state.least_over_bytes, state.least_peak_bytes = float(outcomes.over_bytes[i]), outcomes.peak_memory_bytes[i]
