@@ -304,7 +304,8 @@ def learning_table(results: dict, config: str = "devplace") -> str:
                 MODELS[name][0], algo, f"{run['init']} {ms(run['init_step_us'])}", f"{run['samples']:,}",
                 ms(best), f"{ms(returned)} ({run['returned']})", "yes" if best < run["init_step_us"] else "no",
                 ms(random_us), "yes" if best < random_us else "no",
-                ms(best_at(entry["module_search"]["curve"], run["samples"]) if "module_search" in entry else None),
+                ms(best_at(entry["module_search"]["curve"], run["samples"]) if "curve" in entry.get("module_search", {})
+                   else None),
                 ms(base["expert"]), ms(base["m-sct+opt"]),
                 ms(base["sim-search"]), f"{100 * (returned / base['sim-search'] - 1):+.1f}%"]) + " |")
     return "\n".join(lines)
@@ -374,10 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s,
                                         scored.get("schedule_orders", "topological"), scored.get("carry_order", False))
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
-        searched = module_search(graph, cluster, max(drawn, default=samples), scored) if scored else None
+        searched = module_search(graph, cluster, max(drawn, default=samples),
+                                 learner_options("hp", args.config, name)) if scored else None
         if searched is not None:
             entry["module_search"] = searched
-            print(f"  module search alone: {searched['best_step_us'] / 1e3:.2f} ms", flush=True)
+            print(f"  module search alone: {searched.get('best_step_us', math.nan) / 1e3:.2f} ms "
+                  f"{searched.get('error', '')}", flush=True)
         results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
         kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes
         results[name] = kept | entry
