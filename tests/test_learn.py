@@ -560,7 +560,7 @@ def test_layer_moves_move_a_group_with_its_backward_ops():
     alone = explore_around(centre, groups, 2, 2, 1, torch.Generator(), 0.0, first_moved).actions[0]
     assert whole.tolist() == [1] * 6
     assert [g.names[u] for u in np.flatnonzero(alone.numpy())] == ["f0", "f1", "f2"]
-    with pytest.raises(DevplaceError, match="layer_moves and module_moves need deviate_from=best"):
+    with pytest.raises(DevplaceError, match="layer_moves, module_moves and module_alone_share need deviate_from=best"):
         dp.place(two_chains(), SLOW_LINK, algo="colocrl", samples=4, layer_moves=True, **FAST)
     placed = dp.place(g, SLOW_LINK, algo="colocrl", seed=0, samples=12, deviate_from="best", deviations=1.0,
                       layer_moves=True, uniform_devices=True, **FAST)
@@ -633,8 +633,7 @@ def test_module_moves_move_whole_modules_where_layers_interleave():
 
     from test_baselines import scoped_step
 
-    from devplace.learn.nets import Sample
-    from devplace.learn.train import explore_around, module_labels
+    from devplace.learn.train import module_labels, module_shifts
 
     once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])
     assert module_labels(once, np.arange(once.n_ops)) is None
@@ -644,14 +643,8 @@ def test_module_moves_move_whole_modules_where_layers_interleave():
     scope = g.meta["op_scope"]
     assert all(len({modules[i] for i in unit_of if scope[i] == s}) == 1 for s in ("layers.0", "layers.1"))
     assert modules[g.names.index("mm_0")] != modules[g.names.index("mm_3")]
-    unmoved = lambda around, preset: Sample(around.clone(), torch.zeros(len(around)),   # noqa: E731
-                                            torch.zeros(len(around)))
     centre = np.zeros(g.n_ops, dtype=np.int64)
-    groups = np.arange(g.n_ops)
-    rows = explore_around(centre, groups, 2, g.n_ops, 16, torch.Generator().manual_seed(0), 0.0, unmoved,
-                          None, modules, 1.0).actions.numpy()
-    assert explore_around(centre, groups, 2, g.n_ops, 16, torch.Generator().manual_seed(0), 0.0, unmoved
-                          ).actions.numpy().max() == 0                # without the option nothing moves
+    rows = module_shifts(np.tile(centre, (16, 1)), centre, modules, 1.0, 2, torch.Generator().manual_seed(0))
     for row in rows:
         for module in np.unique(modules):
             assert len(set(row[modules == module].tolist())) == 1      # each module whole
@@ -682,7 +675,82 @@ def test_critical_moves_take_a_whole_group_off_the_busiest_device(monkeypatch):
 
     with_moves, without = placed(0.25), placed(0.0)
     assert with_moves.options["step_us"] == pytest.approx(500.0, abs=1.0)
-    assert with_moves.options["critical_bests"] >= 1 and len(set(with_moves.devices.tolist())) == 2
+    assert set(with_moves.options["gain_us_by"]) == {"critical"} and len(set(with_moves.devices.tolist())) == 2
     assert without.options["step_us"] == pytest.approx(1000.0, abs=1.0) and without.options["returned"] == "init"
     with pytest.raises(DevplaceError, match="critical_share"):
         dp.place(g, cluster, algo="colocrl", seed=0, samples=8, critical_share=0.25, **FAST)
+
+
+def interleaved_modules() -> tuple[dp.OpGraph, np.ndarray, np.ndarray]:
+    """Two modules taking turns over four blocks (as GNMT's take turns by time step), its colocation units and the
+    module of each unit."""
+    from test_baselines import scoped_step
+
+    from devplace.learn.train import module_labels
+    from devplace.transforms import colocation_units
+
+    g = scoped_step([(f"layers.{k % 2}", 10.0, 100.0) for k in range(4)])
+    unit_of = colocation_units(g)
+    return g, unit_of, module_labels(g, unit_of)
+
+
+def test_module_alone_share_samples_one_module_move_and_credits_nothing(monkeypatch, tmp_path):
+    """module_alone_share: that share of each batch is the best placement with one whole module moved and nothing
+    else (no deviation, no boundary shift); such a search sample is no decision of the policy, so a run whose
+    every sample is one takes no update (loss nan in its log). Without the option no sample is one."""
+    import csv
+
+    from devplace.learn import train
+    from devplace.learn.features import unit_majority
+
+    g, unit_of, modules = interleaved_modules()
+    start = unit_majority(np.asarray(dp.place(g, SLOW_LINK, algo="single").devices), unit_of, 2)
+    batches = []
+    original = train._Carrying.evaluate
+    monkeypatch.setattr(train._Carrying, "evaluate", lambda self, rows: batches.append(rows.copy()) or
+                        original(self, rows))
+
+    def single_module_moves(**options) -> list[bool]:
+        batches.clear()
+        dp.place(g, SLOW_LINK, algo="hp", seed=0, samples=5, init="single", deviate_from="best", deviations=1.0,
+                 boundary_moves=1.0, **HP_FAST | options)
+        moved = [np.flatnonzero(row != start) for row in batches[0]]
+        return [len(m) > 0 and len(np.unique(modules[m])) == 1 and len(m) == np.count_nonzero(modules == modules[m[0]])
+                for m in moved]
+
+    assert single_module_moves(module_alone_share=0.5) == [False, False, True, True]
+    assert not any(single_module_moves())
+    log = tmp_path / "log.csv"
+    placed = dp.place(g, SLOW_LINK, algo="hp", seed=0, samples=12, init="single", deviate_from="best",
+                      module_alone_share=1.0, log=str(log), **HP_FAST)
+    assert placed.options["samples_simulated"] == 12
+    assert all(row["loss"] == "nan" for row in csv.DictReader(log.open()))
+    gains = placed.options["gain_us_by"]     # every gain below the warm start was a search sample's
+    assert set(gains) <= {"search"} and sum(gains.values()) == pytest.approx(
+        placed.options["init_step_us"] - min(placed.options["init_step_us"], placed.options["learned_step_us"]))
+    with pytest.raises(DevplaceError, match="fresh_share \\+ module_alone_share"):
+        dp.place(g, SLOW_LINK, algo="hp", samples=4, init="single", deviate_from="best", module_alone_share=0.5,
+                 fresh_share=0.75, **HP_FAST)
+
+
+def test_module_idle_share_sends_a_module_to_the_least_busy_other_device():
+    """module_idle_share: a moved module goes to the least busy device other than its own (busy: the centre's
+    compute time per device, as the simulator counts it); without it, to any other device evenly."""
+    import torch
+
+    from devplace.learn.train import busy_of, module_shifts, unit_compute_us
+
+    g, unit_of, modules = interleaved_modules()
+    centre = np.zeros(int(unit_of.max()) + 1, dtype=np.int64)
+    rows = np.tile(centre, (64, 1))
+    busy_us = np.array([9.0, 7.0, 1.0, 5.0])
+    targets = lambda share: {int(d) for d in module_shifts(rows, centre, modules, 1.0, 4,   # noqa: E731
+                                                           torch.Generator().manual_seed(0), busy_us, share).ravel()}
+    assert targets(1.0) == {0, 2} and targets(0.0) == {0, 1, 2, 3}
+    four = uniform_cluster(4)
+    devices = np.arange(len(centre)) % 4
+    assert busy_of(devices, unit_compute_us(g, four, unit_of)) == pytest.approx(
+        dp.simulate(g, four, devices[unit_of]).busy_us)
+    placed = dp.place(g, four, algo="hp", seed=0, samples=8, init="single", deviate_from="best", module_moves=1.0,
+                      module_idle_share=1.0, **HP_FAST)
+    assert placed.options["samples_simulated"] == 8

@@ -67,7 +67,7 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     import torch
 
     from devplace.learn.nets import Sample, Seq2SeqPlacer
-    from devplace.learn.train import explore_around, layer_labels, module_labels, reinforce, seeded
+    from devplace.learn.train import explore_around, layer_labels, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
     groups = colocrl_groups(graph, options.max_groups, options.single_consumer)
@@ -77,7 +77,6 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     group_of_unit = np.empty(units.n_units, dtype=np.int64)
     group_of_unit[units.unit_of] = groups.unit_of
     layers = layer_labels(graph, units.unit_of) if options.layer_moves else None
-    modules = module_labels(graph, units.unit_of) if options.module_moves > 0 else None
     features = torch.from_numpy(unit_features(graph, groups.unit_of))
     n_devices = cluster.n_devices
     with seeded(seed):
@@ -96,7 +95,7 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
             return explore_around(around, group_of_unit, n_devices, groups.n_units, k, generator,
                                   options.boundary_moves,
                                   lambda fed, preset: policy(features, k, generator, fed=fed, around=fed, preset=preset),
-                                  layers, modules, options.module_moves)
+                                  layers)
         fed = anchor[0].expand(k, -1) if anchor and options.deviations > 0 else None
         drawn = policy(features, k, generator, noise_std, fed=fed)
         return Sample(drawn.actions[:, group_of_unit], drawn.log_prob, drawn.entropy)

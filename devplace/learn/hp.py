@@ -62,12 +62,11 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
     import torch
 
     from devplace.learn.nets import Grouper, Sample, Seq2SeqPlacer, group_features
-    from devplace.learn.train import explore_around, layer_labels, module_labels, reinforce, seeded
+    from devplace.learn.train import explore_around, layer_labels, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
     ops = Units.from_labels(graph, colocation_units(graph))    # what the Grouper assigns: ops, colocation whole
     layers = layer_labels(graph, ops.unit_of) if options.layer_moves else None
-    modules = module_labels(graph, ops.unit_of) if options.module_moves > 0 else None
     op_features = torch.from_numpy(unit_features(graph, ops.unit_of))
     op_features = torch.cat([op_features, position_bumps(ops.n_units, options.position_features).to(op_features.dtype)], 1)
     kind_counts = torch.from_numpy(unit_kind_counts(graph, ops.unit_of, ops.n_units)).float()
@@ -93,7 +92,7 @@ def place(graph, cluster, *, seed: int = 0, options: HPOptions = HPOptions()):
             return explore_around(around, groups.numpy(), cluster.n_devices, n_groups, k, generator,
                                   options.boundary_moves,
                                   lambda fed, preset: placer(embedded, k, generator, fed=fed, around=fed, preset=preset),
-                                  layers, modules, options.module_moves)
+                                  layers)
         parts = []
         for share in np.array_split(np.arange(k), min(options.groupings_per_update, k)):
             around_greedy = options.deviations > 0 and not fresh    # fresh (option fresh_share): as the paper samples

@@ -107,6 +107,16 @@ class ReinforceOptions(WholePlacementOptions):
                                         "schedule-guided moves (a co-placement group pulled along the critical path "
                                         "or unloaded off the busiest device), a search move the policy's update "
                                         "leaves out (devplace's variant)")
+    module_alone_share: float = option(0.0, "with deviate_from=best, where module_moves' modules exist (the step "
+                                            "order interleaves the layers): this share of each update's K samples "
+                                            "(rounded) is the best placement so far with exactly one module layer "
+                                            "moved and nothing else, a search sample beside the policy's: no "
+                                            "decision of the policy, so it is left out of the loss, the baseline "
+                                            "and the entropy (devplace's variant)")
+    module_idle_share: float = option(0.0, "a module move (module_moves, module_alone_share) sends its module to the "
+                                           "least busy device (compute time in the best placement so far) other "
+                                           "than its own with this probability, else to one drawn evenly, as "
+                                           "sim-search's layer move does half the time (devplace's variant)")
     fresh_share: float = option(0.0, "with deviate_from=best: this share of each update's K samples (rounded) is "
                                      "drawn from the policy whole, every decision, as the papers sample, the rest "
                                      "deviate from the best: global exploration beside the local moves (devplace's "

@@ -24,6 +24,10 @@ best placement so far with a few groups moved (``explore_around``), a policy-gui
 can leave the best's basin when the policy has learned a better one. With ``carry_order`` every sample
 is also simulated in the best placement's order (``PlacementEnv``'s ``carried``): the warm start's
 own order at first, then the order each new best was fastest in, as sim-search carries its order.
+Where the step order interleaves the layers (GNMT), ``module_moves`` adds whole-module moves to each deviating
+sample and ``module_alone_share`` of each batch is the best with one module moved and nothing else
+(``module_shifts``, towards the least busy device with probability ``module_idle_share``): search moves, as
+sim-search's layer move, never credited to the policy; a search sample is left out of the update altogether.
 With ``critical_share`` a share of each batch is the best placement with one of sim-search's schedule-guided
 moves (``CriticalMoves``): search moves beside the policy's samples, which the update does not see.
 
@@ -101,7 +105,7 @@ class _State:
     init_source: str | None = None            # the placer whose placement is the warm start (the fastest of option init)
     init_candidates: dict = dataclasses.field(default_factory=dict)   # each init placer's step time (None: overflows)
     carried: np.ndarray | None = None         # option carry_order: the best placement's priority (None: topological)
-    critical_bests: int = 0                   # option critical_share: new bests that were a critical move's row
+    gain_us_by: dict = dataclasses.field(default_factory=dict)   # step time gained below the best so far, per kind of sample
 
 
 def _identity(name, graph, cluster, seed, options) -> dict:
@@ -229,14 +233,12 @@ def boundary_shifts(group_centre: np.ndarray, k: int, expected: float, generator
 
 def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_devices: int, n_groups: int, k: int,
                    generator: torch.Generator, boundary_moves: float, draw,
-                   layer_of_unit: np.ndarray | None = None, module_of_unit: np.ndarray | None = None,
-                   module_moves: float = 0.0) -> Sample:
+                   layer_of_unit: np.ndarray | None = None) -> Sample:
     """Option deviate_from=best for a policy that places groups of units: ``draw(group_centre (K, G),
     preset)`` deviates around each group's majority device of the centre; a moved group's units all take its
     new device, every other unit keeps the centre's (so the centre is held exactly, finer than the groups).
-    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``); with
-    ``module_of_unit`` (option module_moves) about ``module_moves`` module layers move as well
-    (``module_shifts``: outside the policy, so its log-probability does not count them)."""
+    With ``layer_of_unit`` (option layer_moves) a moved unit's whole layer follows it (``with_layers``). Option
+    module_moves' whole-module moves are added by ``reinforce`` (``module_shifts``), outside the policy."""
     group_centre = unit_majority(centre_units, group_of_unit, n_devices, n_groups)
     around = torch.from_numpy(group_centre).expand(k, -1)
     drawn = draw(around, boundary_shifts(group_centre, k, boundary_moves, generator))
@@ -244,19 +246,20 @@ def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_device
     actions = torch.where(moved, drawn.actions[:, group_of_unit], torch.from_numpy(centre_units).expand(k, -1))
     if layer_of_unit is not None:
         actions = torch.from_numpy(with_layers(actions.numpy(), moved.numpy(), layer_of_unit))
-    if module_of_unit is not None and module_moves > 0:
-        actions = torch.from_numpy(module_shifts(actions.numpy(), centre_units, module_of_unit, module_moves,
-                                                 n_devices, generator))
     return Sample(actions, drawn.log_prob, drawn.entropy)
 
 
 def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_unit: np.ndarray, expected: float,
-                  n_devices: int, generator: torch.Generator) -> np.ndarray:
+                  n_devices: int, generator: torch.Generator, busy_us: np.ndarray | None = None,
+                  idle_share: float = 0.0) -> np.ndarray:
     """Option module_moves: (K, U) devices where each sample moves ``expected`` module layers (``module_of_unit``;
     its integer part, and one more with the probability of its fraction), drawn evenly without repeats, each
     with all its units to one device drawn evenly from those other than its majority device in the centre:
     one move at a time, as sim-search moves. On GNMT-4 a descent over such moves from the expert passes sim-search (BENCHMARKS.md,
     "Learning placers", round 6); the learners' groups, slices of the step, each hold pieces of 1-7 modules.
+    With ``busy_us`` (the centre's compute time per device; option module_idle_share) each module goes instead,
+    with probability ``idle_share``, to the least busy device other than its own, as sim-search's layer move
+    does half the time.
 
     >>> module_shifts(np.zeros((1, 4), dtype=np.int64), np.zeros(4, dtype=np.int64), np.array([0, 0, 1, 1]), 2.0,
     ...               2, torch.Generator().manual_seed(0))     # both modules, each to the other device
@@ -269,7 +272,28 @@ def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_
     rank = torch.rand(k, n_modules, generator=generator).argsort(dim=1).argsort(dim=1)    # a random order per sample
     move = (rank < count.unsqueeze(1)).numpy()
     target = (majority + torch.randint(1, n_devices, (k, n_modules), generator=generator).numpy()) % n_devices
+    if busy_us is not None and idle_share > 0:
+        others = np.where(np.arange(n_devices)[None] == majority[:, None], np.inf, np.asarray(busy_us)[None])
+        idle = (torch.rand(k, n_modules, generator=generator) < idle_share).numpy()
+        target = np.where(idle, others.argmin(axis=1)[None], target)
     return np.where(move[:, module_of_unit], target[:, module_of_unit], unit_devices)
+
+
+def unit_compute_us(graph, cluster, unit_of: np.ndarray) -> np.ndarray:
+    """(units, devices) compute time of each unit on each device (its ops' times plus the per-op gap), so a
+    placement's busy time per device is a sum (option module_idle_share: sim-search's ``busy_us``)."""
+    from devplace.sim import Simulator
+
+    per_op = Simulator(graph, cluster).op_time_us + cluster.op_gap_us
+    out = np.zeros((int(unit_of.max()) + 1, cluster.n_devices))
+    np.add.at(out, unit_of, per_op)
+    return out
+
+
+def busy_of(unit_devices: np.ndarray, compute_us: np.ndarray) -> np.ndarray:
+    """Compute time per device of a placement of units (``unit_compute_us``)."""
+    return np.bincount(unit_devices, weights=compute_us[np.arange(len(unit_devices)), unit_devices],
+                       minlength=compute_us.shape[1])
 
 
 def module_labels(graph, unit_of: np.ndarray) -> np.ndarray | None:
@@ -390,16 +414,20 @@ class _Carrying:
         return self.rollouts.evaluate(unit_devices, self.state.carried)
 
 
+SEARCH_KINDS = ("search", "critical")   # samples of no policy decision (module_alone_share, critical_share)
+
+
 @dataclasses.dataclass
 class Update:
     """What one policy update reports to the loop: the placements it sampled, their outcomes, the mean
-    entropy per decision and its loss."""
+    entropy per decision, its loss and, if the learner tells them apart, each sample's kind (``reinforce``:
+    deviation, search, critical or fresh), so the figures say which kind found the gains (``gain_us_by``)."""
 
     unit_devices: np.ndarray
     outcomes: object
     entropy: float
     loss: float
-    search_rows: int = 0      # the last rows are search moves (option critical_share), not the policy's samples
+    kinds: list[str] | None = None
 
 
 # one update: (placements to sample, generator, run state, the batch evaluator, the reward) -> Update
@@ -427,36 +455,71 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     if not 0 <= options.critical_share < 1 or (options.critical_share > 0 and options.deviate_from != "best"):
         raise DevplaceError(f"{name}: option critical_share={options.critical_share} must be in [0, 1) and needs "
                             f"deviate_from=best (moves from the best placement so far)")
-    if (options.layer_moves or options.module_moves > 0) and options.deviate_from != "best":
-        raise DevplaceError(f"{name}: options layer_moves and module_moves need deviate_from=best (layers moved "
-                            f"from the best placement so far)")
+    if (options.layer_moves or options.module_moves > 0 or options.module_alone_share > 0) and \
+            options.deviate_from != "best":
+        raise DevplaceError(f"{name}: options layer_moves, module_moves and module_alone_share need "
+                            f"deviate_from=best (layers moved from the best placement so far)")
+    for field in ("module_alone_share", "module_idle_share"):
+        if not 0 <= getattr(options, field) <= 1:
+            raise DevplaceError(f"{name}: option {field}={getattr(options, field)} must be between 0 and 1")
+    if options.fresh_share + options.module_alone_share > 1:
+        raise DevplaceError(f"{name}: options fresh_share + module_alone_share = "
+                            f"{options.fresh_share + options.module_alone_share} must be at most 1 (shares of a batch)")
+    wants_modules = options.module_moves > 0 or options.module_alone_share > 0
+    modules = module_labels(graph, unit_of) if wants_modules else None
+    compute_us = unit_compute_us(graph, cluster, unit_of) if modules is not None and options.module_idle_share > 0 \
+        else None
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
     moves = CriticalMoves(graph, cluster, unit_of, options.orders()) if options.critical_share > 0 else None
+
+    def shifted(rows: np.ndarray, around: np.ndarray, expected: float, generator) -> np.ndarray:
+        """``rows`` with ``expected`` whole modules moved from ``around`` (options module_moves, module_idle_share)."""
+        busy_us = None if compute_us is None else busy_of(around, compute_us)
+        return module_shifts(rows, around, modules, expected, cluster.n_devices, generator, busy_us,
+                             options.module_idle_share)
 
     def step(k, generator, state, rollouts, reward) -> Update:
         noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
         around = centre(state) if options.deviate_from == "best" else None
-        searched = min(int(options.critical_share * k + 0.5), k - 1) if around is not None and moves else 0
-        fresh = min(int(options.fresh_share * k + 0.5), k - searched) if around is not None else 0
-        policy_k = k - searched
-        drawn = sample(policy_k - fresh, generator, noise, around) if fresh < policy_k else None
+        critical = min(int(options.critical_share * k + 0.5), k - 1) if around is not None and moves else 0
+        fresh = min(int(options.fresh_share * k + 0.5), k - critical) if around is not None else 0
+        alone = min(k - critical - fresh, int(options.module_alone_share * k + 0.5)) if around is not None and \
+            modules is not None else 0
+        parts, kinds = [], []
+        if k - critical - fresh - alone:   # the policy's deviations from the best (or its samples, without a centre)
+            drawn = sample(k - critical - fresh - alone, generator, noise, around)
+            if around is not None and modules is not None and options.module_moves > 0:
+                drawn.actions = torch.from_numpy(shifted(drawn.actions.numpy(), around, options.module_moves,
+                                                         generator))
+            parts.append(drawn)
+            kinds += ["deviation" if around is not None else "policy"] * (k - critical - fresh - alone)
+        if alone:     # search samples: the best with one module moved, no policy decision, so nothing credited
+            rows = torch.from_numpy(shifted(np.tile(around, (alone, 1)), around, 1.0, generator))
+            parts.append(Sample(rows, torch.zeros(alone), torch.zeros(alone)))
+            kinds += ["search"] * alone
         if fresh:     # the last `fresh` rows are drawn from the policy whole, so a run can leave the best's basin
-            whole = sample(fresh, generator, noise, None, fresh=True)
-            drawn = whole if drawn is None else Sample(*(torch.cat([getattr(drawn, f), getattr(whole, f)])
-                                                         for f in ("actions", "log_prob", "entropy")))
+            parts.append(sample(fresh, generator, noise, None, fresh=True))
+            kinds += ["fresh"] * fresh
+        drawn = Sample(*(torch.cat([getattr(part, f) for part in parts]) for f in ("actions", "log_prob", "entropy")))
         unit_devices = drawn.actions.numpy()
-        if searched:  # option critical_share: rows the policy did not sample, so its update leaves them out
-            unit_devices = np.concatenate([unit_devices, moves.draw(around, state.carried, searched, generator)])
+        if critical:  # option critical_share: sim-search's moves from the best, no policy decision, so nothing credited
+            unit_devices = np.concatenate([unit_devices, moves.draw(around, state.carried, critical, generator)])
+            kinds += ["critical"] * critical
         outcomes = rollouts.evaluate(unit_devices)
-        rewards = reward(outcomes)[:policy_k]
+        mine = np.asarray([kind not in SEARCH_KINDS for kind in kinds])
+        if not mine.any():     # only search samples: the policy and its baseline are left as they are
+            return Update(unit_devices, outcomes, math.nan, math.nan, kinds)
+        rewards = reward(outcomes)[mine]
+        drawn_mine = torch.from_numpy(mine[:len(drawn.log_prob)])     # the critical rows, last, were not drawn
+        log_prob, entropy = drawn.log_prob[drawn_mine], drawn.entropy[drawn_mine]
         if state.baseline is None:
             state.baseline = float(rewards.mean())
         advantage = rewards - state.baseline
-        if options.normalize_advantage and k > 1:
+        if options.normalize_advantage and len(rewards) > 1:
             advantage = advantage / (rewards.std() + 1e-8)
-        loss = -(torch.as_tensor(advantage, dtype=torch.float32) * drawn.log_prob).mean()
+        loss = -(torch.as_tensor(advantage, dtype=torch.float32) * log_prob).mean()
         if options.entropy_weight:
-            loss = loss - options.entropy_weight * drawn.entropy.mean()
+            loss = loss - options.entropy_weight * entropy.mean()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(options, state.update)
         optimizer.zero_grad()
@@ -465,7 +528,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
             torch.nn.utils.clip_grad_norm_(policy.parameters(), options.grad_clip)
         optimizer.step()
         state.baseline = options.baseline_decay * state.baseline + (1 - options.baseline_decay) * float(rewards.mean())
-        return Update(unit_devices, outcomes, float(drawn.entropy.detach().mean()), float(loss.detach()), searched)
+        return Update(unit_devices, outcomes, float(entropy.detach().mean()), float(loss.detach()), kinds)
 
     return train(name, graph, cluster, unit_of, policy, optimizer, step, options, seed, clone)
 
@@ -512,9 +575,12 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                 break
             k = min(options.samples_per_update, options.samples - state.samples)
             done = step(k, generator, state, _Carrying(rollouts, state), reward)
-            row = _keep_best(state, done.unit_devices, done.outcomes)
-            state.critical_bests += row is not None and row >= len(done.unit_devices) - done.search_rows
-            if row is not None and options.carry_order and (
+            floor_us = min(state.best_step_us, math.inf if state.init_step_us is None else state.init_step_us)
+            best = _keep_best(state, done.unit_devices, done.outcomes)
+            if best is not None and done.kinds is not None and state.best_step_us < floor_us < math.inf:
+                kind = done.kinds[best]
+                state.gain_us_by[kind] = state.gain_us_by.get(kind, 0.0) + floor_us - state.best_step_us
+            if best is not None and options.carry_order and (
                     state.init_step_us is None or state.best_step_us < state.init_step_us):
                 state.carried = whole.order_of(state.best_units[unit_of], state.carried)
             state.update += 1
@@ -537,20 +603,18 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
     devices = np.asarray(state.best_units, dtype=np.int64)[unit_of] if learned else state.init_devices
     figures = {"updates": state.update, "samples_simulated": state.samples, "stopped_by": stopped_by,
                "train_s": round(state.wall_s, 3), "units": int(unit_of.max()) + 1,
-               "step_us": state.best_step_us if learned else state.init_step_us}
+               "step_us": state.best_step_us if learned else state.init_step_us,
+               "gain_us_by": state.gain_us_by}
     if options.init:
         figures |= {"init": state.init_source, "init_candidates": state.init_candidates,
                     "init_step_us": state.init_step_us, "init_fit": state.init_fit,
                     "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
-    if isinstance(options, ReinforceOptions) and options.critical_share > 0:
-        figures["critical_bests"] = state.critical_bests
     return Placement(devices=devices, priority=whole.order_of(devices, state.carried), options=figures)
 
 
 def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> int | None:
-    """Keep the fastest fitting sample if it beats the best so far (its row then, else None), and the least
-    overflow."""
+    """Keep the fastest fitting sample if it beats the best so far (its row then), and the least overflow."""
     improved = None
     fits = np.flatnonzero(~outcomes.oom)
     if len(fits):
