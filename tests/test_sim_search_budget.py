@@ -20,10 +20,21 @@ def wide_gap():
     return g, cluster_for(g)
 
 
+def test_a_small_graph_gets_up_to_four_times_the_rounds_while_the_gap_is_wide(wide_gap):
+    """604 ops: 60 evals x 604 ops is far under small_graph_op_evals, so rounds go past max_rounds while the gap
+    stays above the target, up to four times as many; with small_graph_op_evals=0 exactly max_rounds run."""
+    g, c = wide_gap
+    capped = dp.place(g, c, "sim-search", max_rounds=2, small_graph_op_evals=0, **FAST)
+    small = dp.place(g, c, "sim-search", max_rounds=2, **FAST)
+    assert capped.options["rounds"] == 2 and capped.options["gap"] > 0.10
+    assert 2 < small.options["rounds"] <= 8 and small.options["step_us"] <= capped.options["step_us"]
+    assert small.options["rounds"] == 8 or small.options["gap"] <= 0.10
+
+
 def test_rounds_go_on_while_the_gap_is_above_the_target(wide_gap):
     g, c = wide_gap
-    one = dp.place(g, c, "sim-search", max_rounds=1, **FAST)
-    three = dp.place(g, c, "sim-search", max_rounds=3, **FAST)
+    one = dp.place(g, c, "sim-search", max_rounds=1, small_graph_op_evals=0, **FAST)
+    three = dp.place(g, c, "sim-search", max_rounds=3, small_graph_op_evals=0, **FAST)
     assert one.options["gap"] > 0.10 and one.options["rounds"] == 1
     assert three.options["rounds"] == 3 and three.options["stopped_by"] == "evals"
     assert three.options["evals"] >= one.options["evals"] + 2 * FAST["max_evals"]

@@ -42,7 +42,9 @@ best / bound - 1). The annealing runs in rounds of ``max_evals`` simulator calls
 temperature: the first, third, ... from the best so far, the second, fourth, ... from the fastest
 start (seed or pipeline) not yet tried whose placement differs from the best, so a wide gap also
 buys exploring other basins; after a round it goes on only while the gap is above
-``target_gap`` and fewer than ``max_rounds`` rounds ran, and it stops at once when the best comes
+``target_gap`` and fewer than ``max_rounds`` rounds ran (on a small graph, up to four times as
+many while the simulator calls times the ops stay under ``small_graph_op_evals``: there a round
+costs a fraction of a second), and it stops at once when the best comes
 within ``closed_gap`` of the bound (nothing much faster can exist). Every limit counts simulator
 calls, so the result depends only on the inputs and ``seed``. A user who asks for
 ``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
@@ -116,6 +118,10 @@ class SearchConfig:
     max_evals: int = option(2000, "simulator calls per annealing round (the budget; makes results reproducible)")
     max_rounds: int = option(4, "annealing rounds at most; a round after the first runs only while the best is "
                                 "more than target_gap above the certified lower bound")
+    small_graph_op_evals: float = option(2e7, "rounds past max_rounds (up to 4 x max_rounds) while the gap is above "
+                                              "target_gap and evals x ops stays under this: a small graph's round "
+                                              "costs little (resnet50_inference, 604 ops: 0.3 s), a large one's "
+                                              "minutes (GNMT, 24,832 ops: every zoo model stops at max_rounds)")
     target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
     closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
@@ -960,7 +966,9 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     starts = sorted(search.fitting, key=lambda start: start[0])
     search.fitting = None
     rounds = 0
-    while rounds < config.max_rounds:
+    while rounds < config.max_rounds or (
+            rounds < 4 * config.max_rounds
+            and (search.evals + config.max_evals) * search.graph.n_ops <= config.small_graph_op_evals):
         if search.best[0] <= search.closed_us:
             return "bound", rounds
         if rounds and (bound_us is None or search.best[0] <= bound_us * (1.0 + config.target_gap)):
