@@ -317,6 +317,15 @@ def learning_table(results: dict, config: str = "devplace") -> str:
     return "\n".join(lines)
 
 
+def save(path: Path, name: str, entry: dict) -> None:
+    """Write ``entry`` as ``name``'s, keeping the learner runs other processes wrote meanwhile, and plot it."""
+    results = json.loads(path.read_text()) if path.exists() else {}
+    kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes
+    results[name] = kept | entry
+    write_text_atomic(path, json.dumps(results, indent=1, default=float) + "\n")
+    plot(name, results[name])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {', '.join(MODELS)}")
@@ -374,9 +383,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label}: {run.get('best_step_us', math.nan) / 1e3:.2f} ms in {run['seconds']} s "
                   f"{run.get('error', '')} (init {run.get('init_step_us', math.nan) / 1e3:.2f} ms, "
                   f"returned {run.get('returned', '-')}, load {os.getloadavg()[0]:.1f})", flush=True)
-        # as many samples as the learners drew (the comparison is at equal samples), scored in their orders
+        # as many samples as the learners drew (the comparison is at equal samples), scored in their orders;
+        # a baselines-only run (--learners '') keeps the earlier comparisons, made at the learners' samples
         drawn = [entry[run_label(a, args.config)].get("samples", samples) for a in LEARNERS
                  if run_label(a, args.config) in entry]
+        if not drawn:
+            entry |= {key: earlier[key] for key in ("random", "module_search", "samples", "time_budget_s")
+                      if key in earlier}
+            save(path, name, entry)
+            continue
         scored = learner_options(LEARNERS[0], args.config, name)     # the learners' orders, the same for both
         entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s,
                                         scored.get("schedule_orders", "topological"), scored.get("carry_order", False))
@@ -387,11 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             entry["module_search"] = searched
             print(f"  module search alone: {searched.get('best_step_us', math.nan) / 1e3:.2f} ms "
                   f"{searched.get('error', '')}", flush=True)
-        results = json.loads(path.read_text()) if path.exists() else {}   # other runs may have written meanwhile
-        kept = {k: v for k, v in results.get(name, {}).items() if k in run_labels()}  # runs of other processes
-        results[name] = kept | entry
-        write_text_atomic(path, json.dumps(results, indent=1, default=float) + "\n")
-        plot(name, entry)
+        save(path, name, entry)
+    results = json.loads(path.read_text()) if path.exists() else {}
     print(table({n: results[n] for n in results if n in MODELS}))
     print(learning_table({n: results[n] for n in results if n in MODELS}))
     return 0
