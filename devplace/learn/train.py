@@ -60,6 +60,7 @@ from devplace.learn.nets import Sample
 from devplace.learn.options import ReinforceOptions, WholePlacementOptions, learning_rate_at
 from devplace.learn.rollouts import evaluator
 from devplace.placement import Placement, graph_fingerprint
+from devplace.placers._moves import critical_crossings
 
 # options that change how a run is carried out, not what it computes: a checkpoint resumes under any of them
 RUN_CONTROL = ("samples", "time_budget_s", "workers", "ray", "ray_address", "checkpoint", "checkpoint_every",
@@ -375,10 +376,7 @@ class CriticalMoves:
             devices = np.ascontiguousarray(centre_units[self.unit_of], dtype=np.int64)
             priority = self.env.order_of(devices, carried)
             result = self.env.sim.run(Placement(devices=devices, priority=priority))
-            path = np.asarray(result.critical_path, dtype=np.int64)
-            pairs = np.array([(b, a) for a, b in zip(path[:-1], path[1:]) if devices[a] != devices[b]],
-                             dtype=np.int64).reshape(-1, 2)
-            self._centre, self._schedule = centre_units.copy(), (path, pairs, np.asarray(result.busy_us))
+            self._centre, self._schedule = centre_units.copy(), critical_crossings(result, devices)
         return self._schedule
 
     def draw(self, centre_units: np.ndarray, carried: np.ndarray | None, k: int,

@@ -208,6 +208,15 @@ def pipeline_devices(units: Units, weight: np.ndarray, device_order: np.ndarray,
     return np.asarray(device_order, dtype=np.int64)[np.searchsorted(bounds, middle, side="right")]
 
 
+def critical_crossings(result, devices: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray]:
+    """What the schedule-guided moves (sim-search's pull and unload; the learners' option critical_share) read
+    off a simulated placement: its critical-path ops, the (waiting op, producer) pairs on that path whose two
+    ops sit on different devices, and the busy time per device."""
+    path = np.asarray(result.critical_path, dtype=np.int64)
+    pairs = [(int(b), int(a)) for a, b in zip(path[:-1], path[1:]) if devices[a] != devices[b]]
+    return path, pairs, result.busy_us
+
+
 def live_bytes_at_peak(result) -> np.ndarray:
     """Per op, the bytes it holds on its device at that device's peak: persistent, plus its output
     if the output is alive then (from its start to its last consumer on the same device)."""

@@ -87,8 +87,8 @@ from devplace.placers._layers import UnitLayers
 from devplace.placers._listsched import mean_edge_us
 from devplace.placers._memory import out_of_memory
 from devplace.placers._moves import (
-    Units, held_bytes, leader_units, live_bytes_at_peak, pipeline_devices, read_later, respect_colocation,
-    sources_late_order, upward_rank_us, with_colocation,
+    Units, critical_crossings, held_bytes, leader_units, live_bytes_at_peak, pipeline_devices, read_later,
+    respect_colocation, sources_late_order, upward_rank_us, with_colocation,
 )
 from devplace.portfolio.variants import place as place_spec
 from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
@@ -721,9 +721,7 @@ def _critical_info(search: _Search, devices, priority, result=None):
     """Critical-path ops, the (waiting op, producer) pairs across devices on it, and the busy time per device."""
     if result is None:
         _, result = search.examine(devices, priority)
-    path = np.asarray(result.critical_path, dtype=np.int64)
-    pairs = [(int(b), int(a)) for a, b in zip(path[:-1], path[1:]) if devices[a] != devices[b]]
-    return path, pairs, result.busy_us
+    return critical_crossings(result, devices)
 
 
 def _propose(search: _Search, devices: np.ndarray, info) -> tuple[str, list[tuple[np.ndarray, int]]]:
@@ -821,10 +819,10 @@ def _layer_placement(search: _Search, base: np.ndarray, layer_devices: np.ndarra
     return devices
 
 
-def _layer_score(search: _Search, base: np.ndarray, layer_devices: np.ndarray, order_name: str | None):
-    """(step us, per-op devices, priority, order name) of ``base`` laid out by layer in the order named
-    (None: the fastest of ``orders``), or None when it does not fit; each simulation is an eval."""
-    devices = _layer_placement(search, base, layer_devices)
+def _fastest_fitting(search: _Search, devices: np.ndarray, order_name: str | None = None):
+    """(step us, priority, order name) of ``devices`` in the fastest of ``orders`` that fits (only the one
+    named, if ``order_name``), or None when none fits; each simulation is an eval (a full one, to check
+    memory, unless memory is ample)."""
     best = None
     for name, order in search.orders(devices):
         if order_name is not None and name != order_name:
@@ -835,8 +833,16 @@ def _layer_score(search: _Search, base: np.ndarray, layer_devices: np.ndarray, o
             overflow, step, _ = search.measure(devices, order)
             fits = overflow == 0
         if fits and (best is None or step < best[0]):
-            best = (step, devices, order, name)
+            best = (step, order, name)
     return best
+
+
+def _layer_score(search: _Search, base: np.ndarray, layer_devices: np.ndarray, order_name: str | None):
+    """(step us, per-op devices, priority, order name) of ``base`` laid out by layer in the order named
+    (None: the fastest of ``orders``), or None when it does not fit."""
+    devices = _layer_placement(search, base, layer_devices)
+    scored = _fastest_fitting(search, devices, order_name)
+    return None if scored is None else (scored[0], devices, scored[1], scored[2])
 
 
 def _layer_search(search: _Search, starts: list[tuple]) -> None:
@@ -929,14 +935,9 @@ def _layer_descent(search: _Search, step: float, devices: np.ndarray, priority, 
                     continue
                 trial = devices.copy()
                 trial[ops] = target
-                for _, order in search.orders(trial):
-                    if search.memory_is_ample:
-                        trial_us, fits = search.step_us(trial, order), True
-                    else:
-                        overflow, trial_us, _ = search.measure(trial, order)
-                        fits = overflow == 0
-                    if fits and trial_us < fastest[0]:
-                        fastest = (trial_us, trial, order)
+                scored = _fastest_fitting(search, trial)
+                if scored is not None and scored[0] < fastest[0]:
+                    fastest = (scored[0], trial, scored[1])
         if fastest[1] is None:
             break
         step, devices, priority = fastest
