@@ -62,6 +62,8 @@ class Relaxation:
     fastest_us: np.ndarray     # per op: least time over the devices its unit is allowed on
     cut_us: np.ndarray         # per edge: least transfer time across devices its ends may use; inf if never cut
     forced_cut: np.ndarray     # per edge: its two units fit on no device together, so it is always cut
+    head_us: np.ndarray        # per op: least start time, joins paying for their neighbours (``comm_windows``)
+    tail_us: np.ndarray        # per op: least time from its finish to the step's end, likewise (``comm_windows``)
 
 
 def relaxation(graph, cluster) -> Relaxation:
@@ -95,7 +97,8 @@ def relaxation(graph, cluster) -> Relaxation:
     together = (unit_bytes[src_unit] + unit_bytes[dst_unit])[:, None] <= capacity[None, :]
     together &= allowed[src_unit] & allowed[dst_unit]
     forced_cut = (src_unit != dst_unit) & ~together.any(axis=1)
-    return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut)
+    head_us, tail_us = comm_windows(graph, fastest_us, cut_us, forced_cut)
+    return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut, head_us, tail_us)
 
 
 def _cheapest_transfer_us(graph, cluster, may_src: np.ndarray, may_dst: np.ndarray) -> np.ndarray:
@@ -143,11 +146,11 @@ def comm_path_us(graph, rel: Relaxation) -> float:
 
     Proof: ``comm_windows`` proves head_j <= start(j) and tail_j <= step - finish(j) in every
     valid placement and priority, and j runs at least p_j (F1, F3) in between."""
-    start_us, after_us = comm_windows(graph, rel)
+    start_us, after_us = rel.head_us, rel.tail_us
     return float((start_us + rel.fastest_us + after_us).max(initial=0.0))
 
 
-def comm_windows(graph, rel: Relaxation):
+def comm_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: np.ndarray):
     """Per op j, (head_j, tail_j): a least start time, and a least time from its finish to the
     step's end, where a predecessor (successor) that does not share j's device pays its cheapest
     transfer, and those that share it run one at a time.
@@ -177,12 +180,12 @@ def comm_windows(graph, rel: Relaxation):
     more only raises L. Tails: reversed, a successor on d starts after finish(j) and runs one at a
     time with j's other successors there; one elsewhere starts at least c later; each runs at least
     p and leaves at least its tail after it finishes."""
-    p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
-    cut = np.ascontiguousarray(rel.cut_us, dtype=np.float64)
+    p = np.ascontiguousarray(fastest_us, dtype=np.float64)
+    cut = np.ascontiguousarray(cut_us, dtype=np.float64)
     head = _comm_levels_kernel(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, p, cut,
-                               rel.forced_cut)
+                               forced_cut)
     tail = _comm_levels_kernel(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
-                               p, cut, rel.forced_cut)
+                               p, cut, forced_cut)
     return head, tail
 
 
@@ -324,7 +327,7 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
     ``comm_path_us``, where the bisection starts). Zero-time ops overlap nothing and are left out.
     Which intervals are checked only decides how high the bound gets, never its validity."""
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
-    start_us, after_us = comm_windows(graph, rel)
+    start_us, after_us = rel.head_us, rel.tail_us
     lo = float((start_us + p + after_us).max(initial=0.0))       # ``comm_path_us``
     timed = p > 0
     if not timed.any():
@@ -528,7 +531,7 @@ def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
     one at a time (F1): the step is at least largest(t)."""
     if graph.n_ops == 0:
         return 0.0
-    start_us, after_us = comm_windows(graph, rel)
+    start_us, after_us = rel.head_us, rel.tail_us
     finish_us, remaining_us = start_us + rel.fastest_us, rel.fastest_us + after_us
     through = finish_us[graph.edge_src] + rel.cut_us + remaining_us[graph.edge_dst]    # inf inside a unit
     n_units, n_dev = rel.allowed.shape
