@@ -444,6 +444,15 @@ def without_spans(monkeypatch):
         np.zeros(1, np.int64), empty, empty, empty, empty))
 
 
+def assert_spans_reach_the_optimum(monkeypatch, graph, cluster, optimum_us: float, without_us: float):
+    """The memory path with spans is the best bound and equals the brute-force optimum; without them it was
+    ``without_us``."""
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["memory_path_us"] == optimum_us == brute_force(graph, cluster, n_orders=6) == bounds["best_us"]
+    without_spans(monkeypatch)
+    assert lower_bounds(graph, cluster)["memory_path_us"] == without_us
+
+
 @pytest.mark.parametrize("make", ["residual_instance", "branch_instance"])
 def test_spans_never_lift_the_memory_path_bound_above_the_brute_force_optimum(monkeypatch, make):
     raised = 0
@@ -499,10 +508,7 @@ def test_a_hole_needs_the_runs_of_both_ends_of_a_chord_to_fit_one_device(monkeyp
     graph = ten_us_ops(dict.fromkeys("axywd", 3), [("a", "x", 20.0), ("x", "y", 5.0), ("y", "w", 5.0),
                                                    ("w", "d", 20.0), ("x", "w", 50.0)])
     cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="sequential")
-    bounds = lower_bounds(graph, cluster)
-    assert bounds["memory_path_us"] == 80.0 == brute_force(graph, cluster, n_orders=6) == bounds["best_us"]
-    without_spans(monkeypatch)
-    assert lower_bounds(graph, cluster)["memory_path_us"] == 55.0
+    assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 80.0, 55.0)
 
 
 def branch_instance(seed: int, n_chain: int = 5, n_devices: int = 3):
@@ -544,7 +550,4 @@ def test_a_side_branch_that_cannot_leave_runs_beside_the_path_on_its_device(monk
     graph = ten_us_ops({"x": 5, "a": 0, "w": 0, "z": 6, "q": 0}, [("x", "a", 40.0), ("a", "w", 40.0), ("w", "z", 20.0),
                                                                 ("x", "q", 40.0), ("q", "w", 40.0)])
     cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="parallel")
-    bounds = lower_bounds(graph, cluster)
-    assert bounds["memory_path_us"] == 70.0 == brute_force(graph, cluster, n_orders=6) == bounds["best_us"]
-    without_spans(monkeypatch)
-    assert lower_bounds(graph, cluster)["memory_path_us"] == 60.0
+    assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 70.0, 60.0)
