@@ -413,7 +413,9 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     whose persistent bytes fit the largest device, at the least total cut cost of the edges between
     runs plus the *span charges* below (a dynamic program along P, ``_path_cut_us``); (b) if its
     units' persistent bytes need k devices (the k largest memories are the fewest that hold them),
-    the k - 1 cheapest cuttable edges on it.
+    the k - 1 cheapest cuttable edges on it. When they fit the largest device no cut is forced,
+    but the spans still charge (a side route beside a path that stays on one device runs on it
+    too, or leaves and comes back): then (a) is taken stretch by stretch (``_fitting_path_us``).
 
     A *span* joins x = v_a and w = v_b, b >= a + 2, by a route off P: a *chord*, an edge x -> w with
     a finite cut cost c_xw (the largest over such edges: one transfer carries them), or a *side
@@ -470,7 +472,9 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     whatever the cuts between. With x
     and w together (two cuts or more), x's run and w's run share a device and fit it (F3):
     the dynamic program's hole step (x's run, then the first and last cuts, then w's run, checked
-    together) covers such placements; the ops in between are not charged memory, only the two cuts.
+    together) covers such placements; the ops in between are not charged memory, only the two cuts,
+    and a span that x's run or w's run holds whole is charged as in any run, with the bytes of
+    the runs up to it (a run holds at least those).
     So start(w) - start(x) is at least S plus the cuts in the span plus the charge, spans do not
     share edges, and the last op on P finishes no earlier than the sum of p, the cuts and the
     charges; the dynamic program takes the least over every split a placement can make. Any path
@@ -492,11 +496,14 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
         path_ops, path_edges = _trace(graph, level, parent)
         units = rel.unit[path_ops]
         held = rel.unit_bytes[np.unique(units)].sum()
-        if held <= capacity[0]:      # the whole path fits one device: no cut is forced on it
-            best = max(best, float(rel.fastest_us[path_ops].sum()))
+        spans = _path_spans(graph, rel, path_ops)
+        path_us = float(rel.fastest_us[path_ops].sum())
+        if held <= capacity[0]:      # the whole path fits one device: no cut is forced, each span alone
+            best = max(best, path_us + _fitting_path_us(graph, rel, path_ops, path_edges, float(capacity[0]),
+                                                        pair_queue, end_queue, spans))
             continue
         cuts = _path_cut_us(units, rel.unit_bytes.astype(np.float64), rel.fastest_us[path_ops], cut_us[path_edges],
-                            float(capacity[0]), pair_queue, end_queue, *_path_spans(graph, rel, path_ops))
+                            float(capacity[0]), pair_queue, end_queue, *spans)
         devices_needed = int(np.searchsorted(np.cumsum(capacity), held * (1 - 1e-12))) + 1
         cheapest = np.sort(cut_us[path_edges])[: devices_needed - 1].sum()
         if devices_needed > len(capacity) or not np.isfinite(max(cuts, cheapest)):
@@ -505,8 +512,87 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
                 f"hold {held / 2**20:.1f} MiB of persistent memory that no split over the cluster's "
                 f"{cluster.n_devices} device(s) can hold: no placement fits; use more or larger devices"
             )
-        best = max(best, float(rel.fastest_us[path_ops].sum()) + max(cuts, float(cheapest)))
+        best = max(best, path_us + max(cuts, float(cheapest)))
     return best
+
+
+def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: np.ndarray, capacity: float,
+                     pair_queue: bool, end_queue: bool, spans) -> float:
+    """What the spans add to a path whose units fit one device (``memory_path_us``), stretch by
+    stretch: a *stretch* joins the spans and side routes (``_side_routes``) whose edges overlap.
+
+    Per span, ``_path_cut_us`` on the span's own stretch x .. w with that span alone: the sum over a
+    stretch's spans, *alone*, is at most what any split of the path pays there, its cuts and its
+    spans' charges (restricted to a span, a split is a split of its stretch, no fuller, its cuts a
+    part of the path's; spans share no edges). A split that cuts no edge of the stretch keeps
+    every path op of it on one device d, and then its side routes, taken with no op in common,
+    each either run on d too, between their x's finish and their w's start (F1: d runs them and the
+    path's ops one at a time), or leave d and come back over two cut edges (start(w) >=
+    finish(x) + P_Q + c1 + c2, as for one span): the stretch's first path op to its last takes at
+    least the path's time plus the least, over which routes stay, of the larger of the staying
+    routes' P_Q summed and the largest P_Q + c1 + c2 - I of a leaving one (memory is not asked:
+    fewer constraints, a smaller least). A split that cuts one pays at least the stretch's
+    cheapest cut. So a stretch adds at least min(max(routes, alone), max(cheapest cut, alone)),
+    and stretches share no edges."""
+    m = len(path_ops)
+    units, time_us, edge_cut_us = rel.unit[path_ops], rel.fastest_us[path_ops], rel.cut_us[path_edges]
+    unit_bytes = rel.unit_bytes.astype(np.float64)
+    span_of, first, last, cross, chord, side, leave, route_ptr, route_cut, route_pre, route_suf, q_bytes = spans
+    alone = np.zeros(len(first))
+    for k in range(len(first)):
+        a, b = int(first[k]), int(last[k])
+        lo, hi = route_ptr[k], route_ptr[k + 1]
+        alone[k] = _path_cut_us(units[a:b + 1], unit_bytes, time_us[a:b + 1], edge_cut_us[a:b], capacity, pair_queue,
+                                end_queue, np.zeros(b - a, np.int64), np.zeros(1, np.int64), np.array([b - a], np.int64),
+                                cross[k:k + 1], chord[k:k + 1], side[k:k + 1], leave[k:k + 1],
+                                np.array([0, hi - lo], np.int64), route_cut[lo:hi], route_pre[lo:hi],
+                                route_suf[lo:hi], q_bytes[k:k + 1])
+    position = np.full(graph.n_ops, -1, np.int64)
+    position[path_ops] = np.arange(m)
+    side_a, side_b, side_us, cut1, cut2, side_exit, via = _side_routes(
+        graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr, graph.succ_edge,
+        graph.edge_dst, position, np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
+        np.ascontiguousarray(rel.cut_us, dtype=np.float64), 64)
+    before = np.concatenate([[0.0], np.cumsum(time_us)])
+    leaving = side_us + cut1 + cut2 - (before[side_b] - before[side_a + 1])     # what leaving adds
+    routes = np.flatnonzero(leaving > 0)
+    # stretches: intervals of path edges [a, b) of the spans (index k) and routes (index len(first) + r)
+    lo_edge = np.concatenate([first, side_a[routes]])
+    hi_edge = np.concatenate([last, side_b[routes]])
+    total, k_end, members = 0.0, -1, []
+    for i in list(np.argsort(lo_edge, kind="stable")) + [None]:
+        if i is not None and lo_edge[i] < k_end:
+            members.append(i)
+            k_end = max(k_end, int(hi_edge[i]))
+            continue
+        if members:
+            total += _stretch_us(graph, members, len(first), alone, routes, side_us, leaving, side_exit, via,
+                                 position, edge_cut_us[min(lo_edge[j] for j in members):k_end])
+        if i is not None:
+            members, k_end = [i], int(hi_edge[i])
+    return total
+
+
+def _stretch_us(graph, members, n_spans, alone, routes, side_us, leaving, side_exit, via, position,
+                stretch_cut_us) -> float:
+    """``_fitting_path_us`` of one stretch: min(max(routes, alone), max(cheapest cut, alone)), the
+    side routes taken longest first, each with no op in common with those taken before."""
+    spans_us = float(sum(alone[j] for j in members if j < n_spans))
+    taken, used = [], set()
+    for j in sorted((j - n_spans for j in members if j >= n_spans), key=lambda r: -side_us[routes[r]]):
+        r = routes[j]
+        ops, v = [], graph.edge_src[side_exit[r]]
+        while position[v] < 0:
+            ops.append(int(v))
+            v = graph.edge_src[via[v]]
+        if used.isdisjoint(ops):
+            used.update(ops)
+            taken.append((leaving[r], side_us[r]))
+    excess = np.array([t[0] for t in taken])
+    stay_us = np.array([t[1] for t in taken])
+    routes_us = min((max(t, float(stay_us[excess > t].sum())) for t in np.concatenate([[0.0], excess])),
+                    default=0.0)
+    return min(max(routes_us, spans_us), max(float(stretch_cut_us.min(initial=np.inf)), spans_us))
 
 
 def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
@@ -1109,8 +1195,12 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
         home_id = stamp
         held_home = 0.0
         i = e + 1                          # next position to add to x's run
+        x_spans_us = 0.0                   # what the spans x's run holds whole, before span s, add
         for s in range(inside_from, n_spans):
             a, b = span_first[s], span_last[s]
+            if s > inside_from:            # x's run holds at least the bytes added so far
+                x_spans_us += _together_us(s - 1, held_home, capacity, before, span_first, span_last, is_chord,
+                                           side_us, leave_us, q_bytes)
             for h1 in range(a, b - 1):
                 while i <= h1 and held_home <= capacity:
                     u = units[i]
@@ -1125,9 +1215,10 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
                 for h2 in range(h1 + 1, b):
                     if edge_cut_us[h2] == np.inf:
                         continue
-                    cost = out + edge_cut_us[h1] + edge_cut_us[h2]
+                    cost = out + edge_cut_us[h1] + edge_cut_us[h2] + x_spans_us
                     stamp += 1
                     joint = held_home
+                    following = s + 1              # the next span w's run may hold whole
                     for t in range(h2 + 1, m):      # w's run h2 + 1 .. t on x's device
                         u = units[t]
                         if home[u] != home_id and seen[u] != stamp:
@@ -1135,6 +1226,10 @@ def _path_cut_us(units, unit_bytes, time_us, edge_cut_us, capacity, pair_queue, 
                             joint += unit_bytes[u]
                         if joint > capacity:
                             break
+                        if following < n_spans and span_last[following] == t:
+                            cost += _together_us(following, joint, capacity, before, span_first, span_last, is_chord,
+                                                 side_us, leave_us, q_bytes)
+                            following += 1
                         if t < b:
                             continue
                         if t == m - 1:

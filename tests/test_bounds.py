@@ -442,6 +442,8 @@ def without_spans(monkeypatch):
     monkeypatch.setattr(bounds, "_path_spans", lambda graph, rel, path_ops: (
         np.full(max(len(path_ops) - 1, 0), -1, np.int64), none, none, empty, np.zeros(0, bool), empty, empty,
         np.zeros(1, np.int64), empty, empty, empty, empty))
+    monkeypatch.setattr(bounds, "_side_routes", lambda *arrays: (
+        none, none, empty, empty, empty, none, np.full(len(arrays[-3]), -1, np.int64)))
 
 
 def assert_spans_reach_the_optimum(monkeypatch, graph, cluster, optimum_us: float, without_us: float):
@@ -453,11 +455,12 @@ def assert_spans_reach_the_optimum(monkeypatch, graph, cluster, optimum_us: floa
     assert lower_bounds(graph, cluster)["memory_path_us"] == without_us
 
 
-@pytest.mark.parametrize("make", ["residual_instance", "branch_instance"])
-def test_spans_never_lift_the_memory_path_bound_above_the_brute_force_optimum(monkeypatch, make):
+def raised_by_spans(monkeypatch, make, **options) -> int:
+    """On 30 instances of ``make``: every bound at most the brute-force optimum; returns on how
+    many the spans raise the best bound."""
     raised = 0
     for seed in range(30):
-        graph, cluster = globals()[make](seed)
+        graph, cluster = globals()[make](seed, **options)
         optimum = brute_force(graph, cluster, n_orders=3, seed=seed)
         bounds = lower_bounds(graph, cluster)
         for name in BOUND_NAMES:
@@ -466,7 +469,20 @@ def test_spans_never_lift_the_memory_path_bound_above_the_brute_force_optimum(mo
             without_spans(patch)
             before = lower_bounds(graph, cluster)["best_us"]
         raised += bounds["best_us"] > before * (1 + 1e-9)
+    return raised
+
+
+@pytest.mark.parametrize("make", ["residual_instance", "branch_instance"])
+def test_spans_never_lift_the_memory_path_bound_above_the_brute_force_optimum(monkeypatch, make):
+    raised = raised_by_spans(monkeypatch, make)
     assert raised >= 8, raised      # not vacuous: the spans raise the best bound on many of them
+
+
+def test_spans_charge_side_branches_where_the_whole_path_fits_one_device(monkeypatch):
+    """With 100 MiB devices no cut is forced, so the spans are charged one at a time
+    (``_fitting_path_us``); before, the memory path was the path's compute there."""
+    raised = raised_by_spans(monkeypatch, "branch_instance", memory_mib=100)
+    assert raised >= 8, raised      # it raises 11 of the 30
 
 
 def ten_us_ops(mib: dict, edges_us: list):
@@ -511,11 +527,12 @@ def test_a_hole_needs_the_runs_of_both_ends_of_a_chord_to_fit_one_device(monkeyp
     assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 80.0, 55.0)
 
 
-def branch_instance(seed: int, n_chain: int = 5, n_devices: int = 3):
+def branch_instance(seed: int, n_chain: int = 5, n_devices: int = 3, memory_mib: float | None = None):
     """A chain of ``n_chain`` ops and a side branch of one or two ops that leaves it at one op and
     rejoins it two to four ops later (as a downsample block's projection), sometimes a skip edge
-    too; persistent bytes that force the chain onto two or three devices, transfers that cost more
-    than the branch, a random communication model and op gap."""
+    too; persistent bytes that force the chain onto two or three devices (unless ``memory_mib``
+    gives every device that much), transfers that cost more than the branch, a random
+    communication model and op gap."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder(["gpu"])
     for i in range(n_chain):
@@ -535,7 +552,8 @@ def branch_instance(seed: int, n_chain: int = 5, n_devices: int = 3):
         b.add_edge(f"c{start}", f"c{end}", fixed_us=float(rng.integers(10, 50)))
     latency, bandwidth = uniform_links(n_devices, float(rng.integers(0, 5)), 2e3)
     cluster = Cluster(
-        name="tiny", devices=[Device(f"d{i}", "gpu", float(rng.choice([7, 8, 10])) * MIB) for i in range(n_devices)],
+        name="tiny", devices=[Device(f"d{i}", "gpu", (memory_mib or float(rng.choice([7, 8, 10]))) * MIB)
+                              for i in range(n_devices)],
         comm_model=str(rng.choice(["parallel", "sequential", "duplex", "pipelined"])),
         latency_us=latency, bandwidth_bytes_per_us=bandwidth, op_gap_us=float(rng.choice([0.0, 1.0])))
     return b.build(), cluster
@@ -551,3 +569,49 @@ def test_a_side_branch_that_cannot_leave_runs_beside_the_path_on_its_device(monk
                                                                 ("x", "q", 40.0), ("q", "w", 40.0)])
     cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="parallel")
     assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 70.0, 60.0)
+
+
+def test_a_side_branch_beside_a_path_that_fits_one_device_runs_on_it_or_leaves_and_comes_back(monkeypatch):
+    """x -> a -> w (10 us each) and a side branch x -> u -> q -> v -> w (q 10 us; u and v take no
+    time, as a captured view); every edge 40 us, and all of it fits one device, so no cut is
+    forced. q runs beside a on their device (+10 us) or leaves and comes back (two 40 us cuts):
+    40 us, the brute-force optimum. The comm path sees only the zero-time u and v at the fork and
+    the join: 30 us; before, the memory path was the path's 30 us."""
+    b = GraphBuilder(["gpu"])
+    for name, us in [("x", 10.0), ("a", 10.0), ("w", 10.0), ("u", 0.0), ("q", 10.0), ("v", 0.0)]:
+        b.add_op(name, compute_us=us)
+    for u, v in [("x", "a"), ("a", "w"), ("x", "u"), ("u", "q"), ("q", "v"), ("v", "w")]:
+        b.add_edge(u, v, fixed_us=40.0)
+    graph, cluster = b.build(), uniform_cluster(2, memory_bytes=10 * MIB, comm_model="parallel")
+    assert lower_bounds(graph, cluster)["comm_path_us"] == 30.0
+    assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 40.0, 30.0)
+
+
+def test_a_hole_still_charges_the_side_branch_its_run_holds(monkeypatch):
+    """x -> a -> w -> y -> z (10 us each) with a side branch x -> q -> w (10 us, edges 40 us) and a
+    50 us skip w -> z; y holds 8 MiB of 10 and the rest 1 MiB each, so y leaves the others' device.
+    Sending y away and back (two 5 us cuts, a hole in the skip's span) keeps x .. w on one device,
+    where q runs beside a: 50 + 10 + 10 = 70 us, the brute-force optimum. The hole's run holds the
+    side branch's span whole; before it was charged there, the memory path gave 60 us."""
+    graph = ten_us_ops({"x": 1, "a": 1, "q": 1, "w": 1, "y": 8, "z": 1},
+                       [("x", "a", 40.0), ("a", "w", 40.0), ("x", "q", 40.0), ("q", "w", 40.0), ("w", "y", 5.0),
+                        ("y", "z", 5.0), ("w", "z", 50.0)])
+    cluster = uniform_cluster(2, memory_bytes=10 * MIB, comm_model="sequential")
+    assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 70.0, 55.0)
+
+
+def test_side_branches_that_overlap_on_a_path_that_fits_one_device_all_run_on_it(monkeypatch):
+    """x -> a -> w (10 us each) and two side branches x -> u_i -> q_i -> v_i -> w (q_i 10 us, u_i
+    and v_i zero-time views; every edge 40 us), as a captured attention's key and value
+    projections beside the query one. Both run beside a on the one device (+20 us) or one leaves
+    and comes back (two 40 us cuts): 50 us, the brute-force optimum. Their spans overlap, so one
+    span alone charges one branch: 40 us."""
+    b = GraphBuilder(["gpu"])
+    for name, us in [("x", 10.0), ("a", 10.0), ("w", 10.0), ("u1", 0.0), ("q1", 10.0), ("v1", 0.0),
+                     ("u2", 0.0), ("q2", 10.0), ("v2", 0.0)]:
+        b.add_op(name, compute_us=us)
+    for u, v in [("x", "a"), ("a", "w"), ("x", "u1"), ("u1", "q1"), ("q1", "v1"), ("v1", "w"), ("x", "u2"),
+                 ("u2", "q2"), ("q2", "v2"), ("v2", "w")]:
+        b.add_edge(u, v, fixed_us=40.0)
+    graph, cluster = b.build(), uniform_cluster(2, memory_bytes=10 * MIB, comm_model="parallel")
+    assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 50.0, 30.0)
