@@ -14,7 +14,8 @@ m-SCT+opt and sim-search.
 REINFORCE sampling deviations from the best placement so far, with boundary shifts, whole layers moved to
 devices drawn evenly, normalised advantages, the best placement's order carried to every sample (not on GNMT-4:
 ``MODEL_OPTIONS``), and, where layers interleave, whole module layers moved, half of each batch a single module move
-alone (a search sample), toward the least busy device half the time; see docs/learning.md). Rows of one configuration are kept when the other is run
+alone (a search sample), toward the least busy device half the time, each other module moved with it with chance
+1.5 / modules (round 8), and GNMT-4 may start from METIS; see docs/learning.md). Rows of one configuration are kept when the other is run
 (``colocrl`` and ``colocrl/devplace`` in the JSON). ``learning_table`` keeps a warm-started run's
 start, its best sample and what it returns apart, and says whether the best sample beat the start,
 random search at the same number of samples and the algorithmic placers, and how far it is from sim-search.
@@ -79,8 +80,8 @@ ROUND6 = dict(carry_order=True, module_moves=1.0)
 ROUND7 = dict(critical_share=0.25, module_alone_share=0.5, module_idle_share=0.5)
 # (round 8, where layers interleave: a module search sample also moves each other module with chance 1.5 / modules, as
 # sim-search's layer search draws; single module moves stop in a basin: module search alone from the expert ends at
-# 229.76-244.13 ms over seeds 0-3, with the spread at 222.43-256.91, and from METIS at 241.18 against 219.64:
-# benchmarks/learner_variants.py, NOTES round 8)
+# 229.76-244.13 ms over seeds 0-3 at 300 samples, with the spread at 222.43-256.91 (better on 2, worse on 1), and from
+# METIS at 241.18 / 242.07 against 219.64 / 216.96 on seeds 0 / 1: benchmarks/learner_variants.py, BENCHMARKS round 8)
 ROUND8 = dict(module_spread=1.5)
 DEVPLACE = {
     "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,
