@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -31,11 +32,16 @@ from reproduce_papers import RESULTS  # noqa: E402
 
 
 def changes(variant: str) -> dict:
-    """``key=value,...`` as options (JSON values: true, 0.5, ...; anything else a string); ``base``: none."""
+    """``key=value,...`` as options (JSON values: true, 0.5, ...; anything else a string); ``base``: none. A
+    comma not followed by ``key=`` stays in the value (``init=expert,metis``).
+
+    >>> changes("init=expert,metis,fresh_share=0")
+    {'init': 'expert,metis', 'fresh_share': 0}
+    """
     if variant == "base":
         return {}
     out = {}
-    for pair in variant.split(","):
+    for pair in re.split(r",(?=\w+=)", variant):
         key, _, value = pair.partition("=")
         try:
             out[key.strip()] = json.loads(value)

@@ -754,3 +754,47 @@ def test_module_idle_share_sends_a_module_to_the_least_busy_other_device():
     placed = dp.place(g, four, algo="hp", seed=0, samples=8, init="single", deviate_from="best", module_moves=1.0,
                       module_idle_share=1.0, **HP_FAST)
     assert placed.options["samples_simulated"] == 8
+
+
+def test_module_spread_moves_several_modules_at_once_and_leaves_a_single_move_basin():
+    """module_spread: a search sample also moves each other module with chance module_spread / modules, as
+    sim-search's layer search draws its candidates. Four recurrent layers in two coupled pairs, all on one of 2
+    devices (1,600 us): every one-module move is slower (the moved layer's partner waits 2,000 us for its edge),
+    so single module moves stay at the start; moving modules together puts each pair on its own device (800 us),
+    and nothing of it is credited to the policy."""
+    from test_sim_search import recurrent_layers
+
+    g = recurrent_layers(4, pair_bytes=2e7)
+    run = dict(seed=0, samples=48, init="single", deviate_from="best", module_alone_share=1.0, fresh_share=0.0,
+               **HP_FAST)
+    alone = dp.place(g, uniform_cluster(2), algo="hp", **run)
+    spread = dp.place(g, uniform_cluster(2), algo="hp", module_spread=1.5, **run)
+    assert alone.options["step_us"] == pytest.approx(1600.0) and alone.options["returned"] == "init"
+    assert spread.options["step_us"] == pytest.approx(800.0)
+    assert set(spread.options["gain_us_by"]) == {"search"}
+    device = dict(zip(g.names, spread.devices.tolist()))
+    pair = [{device[f"l{k}_t{t}"] for t in range(4) for k in ks} for ks in ((0, 1), (2, 3))]
+    assert all(len(p) == 1 for p in pair) and pair[0] != pair[1]
+    with pytest.raises(DevplaceError, match="module_spread"):
+        dp.place(g, uniform_cluster(2), algo="hp", module_spread=-1.0, **run)
+
+
+def test_colocrl_module_units_places_modules_whole_and_credits_the_policy():
+    """ColocRL's module_units: where the layers interleave, the groups are the module layers, so the policy's own
+    deviations move modules whole. Four recurrent layers in two coupled pairs, all on one of 2 devices (1,600 us):
+    with the option the policy's deviations reach each pair on its own device (800 us), credited to them; over
+    colocation groups (one op each) the same run stays at its start. Where each layer runs once, no change."""
+    from test_sim_search import recurrent_layers
+
+    from devplace.learn.colocrl import colocrl_groups
+
+    g = recurrent_layers(4, pair_bytes=2e7)
+    assert colocrl_groups(g, 256, False, modules=True).n_units == 4
+    assert colocrl_groups(g, 256, False).n_units == 16
+    once = recurrent_layers(4, steps=1)
+    assert (colocrl_groups(once, 256, False, modules=True).unit_of == colocrl_groups(once, 256, False).unit_of).all()
+    run = dict(seed=0, samples=48, init="single", deviate_from="best", deviations=1.0, single_consumer=False, **FAST)
+    modules = dp.place(g, uniform_cluster(2), algo="colocrl", module_units=True, **run)
+    groups = dp.place(g, uniform_cluster(2), algo="colocrl", **run)
+    assert modules.options["step_us"] == pytest.approx(800.0) and set(modules.options["gain_us_by"]) == {"deviation"}
+    assert groups.options["step_us"] == pytest.approx(1600.0) and groups.options["returned"] == "init"

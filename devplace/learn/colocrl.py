@@ -52,11 +52,23 @@ class ColocRLOptions(ReinforceOptions):
                                          "sim-search's placement only 11% slower, colocation's 96 exactly)")
     learning_rate: float = option(0.001, "Adam learning rate")
     tanh_constant: float = option(0.0, "if > 0: device logits are tanh(x) times this (the paper bounds none)")
+    module_units: bool = option(False, "where the step order interleaves the layers (a recurrent net such as GNMT), "
+                                       "the groups are the module layers whole (a module over all its time steps, "
+                                       "with its backward and update ops), so each of the policy's decisions places "
+                                       "a module and its deviations move modules, credited to it, as Mars's option "
+                                       "of that name; elsewhere no change (devplace's variant)")
 
 
-def colocrl_groups(graph, max_groups: int, single_consumer: bool = True):
+def colocrl_groups(graph, max_groups: int, single_consumer: bool = True, modules: bool = False):
     """Colocation groups plus (``single_consumer``) single-consumer chains, at most ``max_groups`` of them,
-    as ``Units``."""
+    as ``Units``; with ``modules`` (option module_units) the module layers where the step order interleaves
+    them (``train.module_units``, as Mars's option of that name)."""
+    if modules:
+        from devplace.learn.train import module_units
+
+        units = module_units(graph, max_groups)
+        if units is not None:
+            return units
     labels = coplacement_groups(graph, single_consumer=True, mirror=False) if single_consumer else colocation_units(graph)
     return capped_units(graph, labels, max_groups)
 
@@ -70,7 +82,7 @@ def place(graph, cluster, *, seed: int = 0, options: ColocRLOptions = ColocRLOpt
     from devplace.learn.train import explore_around, layer_labels, reinforce, seeded
 
     check_can_fit(graph, cluster, NAME)
-    groups = colocrl_groups(graph, options.max_groups, options.single_consumer)
+    groups = colocrl_groups(graph, options.max_groups, options.single_consumer, options.module_units)
     # the simulator sees colocation units (each inside one group), so a centre finer than the groups
     # (deviate_from=best, a warm start the capped groups cannot hold) is kept exactly
     units = Units.from_labels(graph, colocation_units(graph))

@@ -95,13 +95,13 @@ def mars_units(graph, max_units: int, along: np.ndarray | None = None, modules: 
     """Colocation groups plus single-consumer chains, at most ``max_units`` of them, as ``Units``; merged
     without crossing a device change of the per-op placement ``along`` when given (option units_along_init).
     With ``modules`` (option module_units), where the step order interleaves the layers, the module layers
-    instead (``train.module_labels``): there a slice of the step holds pieces of several modules (GNMT-4's
+    instead (``train.module_units``): there a slice of the step holds pieces of several modules (GNMT-4's
     256 evenly merged units hold pieces of 1-7 of its 15), so no decision moves a module whole."""
-    from devplace.learn.train import module_labels
+    from devplace.learn.train import module_units
 
-    module_of_op = module_labels(graph, np.arange(graph.n_ops)) if modules else None
-    if module_of_op is not None:
-        return capped_units(graph, module_of_op, max_units)
+    whole = module_units(graph, max_units) if modules else None
+    if whole is not None:
+        return whole
     labels = coplacement_groups(graph, single_consumer=True, mirror=False)
     return capped_units(graph, labels, max_units) if along is None else capped_units_along(graph, labels, max_units, along)
 

@@ -117,6 +117,11 @@ class ReinforceOptions(WholePlacementOptions):
                                            "least busy device (compute time in the best placement so far) other "
                                            "than its own with this probability, else to one drawn evenly, as "
                                            "sim-search's layer move does half the time (devplace's variant)")
+    module_spread: float = option(0.0, "a module_alone_share search sample also moves each other module layer "
+                                       "with chance this / modules, as sim-search's layer search draws its "
+                                       "candidates (1.5), so a search sample can move several modules at once and "
+                                       "leave a basin where every single module move is slower (devplace's "
+                                       "variant; 0: one module alone)")
     fresh_share: float = option(0.0, "with deviate_from=best: this share of each update's K samples (rounded) is "
                                      "drawn from the policy whole, every decision, as the papers sample, the rest "
                                      "deviate from the best: global exploration beside the local moves (devplace's "

@@ -26,7 +26,8 @@ is also simulated in the best placement's order (``PlacementEnv``'s ``carried``)
 own order at first, then the order each new best was fastest in, as sim-search carries its order.
 Where the step order interleaves the layers (GNMT), ``module_moves`` adds whole-module moves to each deviating
 sample and ``module_alone_share`` of each batch is the best with one module moved and nothing else
-(``module_shifts``, towards the least busy device with probability ``module_idle_share``): search moves, as
+(``module_shifts``, towards the least busy device with probability ``module_idle_share``; with ``module_spread``
+each other module moves too with chance ``module_spread`` / modules, as sim-search's layer search): search moves, as
 sim-search's layer move, never credited to the policy; a search sample is left out of the update altogether.
 With ``critical_share`` a share of each batch is the best placement with one of sim-search's schedule-guided
 moves (``CriticalMoves``): search moves beside the policy's samples, which the update does not see.
@@ -252,7 +253,7 @@ def explore_around(centre_units: np.ndarray, group_of_unit: np.ndarray, n_device
 
 def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_unit: np.ndarray, expected: float,
                   n_devices: int, generator: torch.Generator, busy_us: np.ndarray | None = None,
-                  idle_share: float = 0.0) -> np.ndarray:
+                  idle_share: float = 0.0, spread: float = 0.0) -> np.ndarray:
     """Option module_moves: (K, U) devices where each sample moves ``expected`` module layers (``module_of_unit``;
     its integer part, and one more with the probability of its fraction), drawn evenly without repeats, each
     with all its units to one device drawn evenly from those other than its majority device in the centre:
@@ -260,7 +261,9 @@ def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_
     "Learning placers", round 6); the learners' groups, slices of the step, each hold pieces of 1-7 modules.
     With ``busy_us`` (the centre's compute time per device; option module_idle_share) each module goes instead,
     with probability ``idle_share``, to the least busy device other than its own, as sim-search's layer move
-    does half the time.
+    does half the time. With ``spread`` (option module_spread) each sample also moves each other module with
+    chance ``spread`` / modules, as sim-search's layer search draws its candidates (1.5): several modules at once,
+    which leaves a basin where every single module move is slower.
 
     >>> module_shifts(np.zeros((1, 4), dtype=np.int64), np.zeros(4, dtype=np.int64), np.array([0, 0, 1, 1]), 2.0,
     ...               2, torch.Generator().manual_seed(0))     # both modules, each to the other device
@@ -277,6 +280,8 @@ def module_shifts(unit_devices: np.ndarray, centre_units: np.ndarray, module_of_
         others = np.where(np.arange(n_devices)[None] == majority[:, None], np.inf, np.asarray(busy_us)[None])
         idle = (torch.rand(k, n_modules, generator=generator) < idle_share).numpy()
         target = np.where(idle, others.argmin(axis=1)[None], target)
+    if spread > 0:
+        move |= (torch.rand(k, n_modules, generator=generator) < spread / n_modules).numpy()
     return np.where(move[:, module_of_unit], target[:, module_of_unit], unit_devices)
 
 
@@ -310,6 +315,15 @@ def module_labels(graph, unit_of: np.ndarray) -> np.ndarray | None:
     module = np.empty(int(unit_of.max()) + 1, dtype=np.int64)
     module[unit_of] = layers.unit_of
     return module
+
+
+def module_units(graph, max_units: int):
+    """Options module_units (ColocRL, Mars): the module layers whole as ``Units`` (``module_labels`` over single
+    ops), at most ``max_units`` of them, or None where the step order does not interleave the layers."""
+    from devplace.learn.features import capped_units
+
+    module_of_op = module_labels(graph, np.arange(graph.n_ops))
+    return None if module_of_op is None else capped_units(graph, module_of_op, max_units)
 
 
 def with_layers(unit_devices: np.ndarray, moved: np.ndarray, layer_of_unit: np.ndarray) -> np.ndarray:
@@ -457,6 +471,9 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
             options.deviate_from != "best":
         raise DevplaceError(f"{name}: options layer_moves, module_moves and module_alone_share need "
                             f"deviate_from=best (layers moved from the best placement so far)")
+    if options.module_spread < 0:
+        raise DevplaceError(f"{name}: option module_spread={options.module_spread} must be at least 0 (1.5: "
+                            f"sim-search's layer search)")
     for field in ("module_alone_share", "module_idle_share"):
         if not 0 <= getattr(options, field) <= 1:
             raise DevplaceError(f"{name}: option {field}={getattr(options, field)} must be between 0 and 1")
@@ -470,11 +487,12 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
     optimizer = torch.optim.Adam(policy.parameters(), lr=options.learning_rate)
     moves = CriticalMoves(graph, cluster, unit_of, options.orders()) if options.critical_share > 0 else None
 
-    def shifted(rows: np.ndarray, around: np.ndarray, expected: float, generator) -> np.ndarray:
-        """``rows`` with ``expected`` whole modules moved from ``around`` (options module_moves, module_idle_share)."""
+    def shifted(rows: np.ndarray, around: np.ndarray, expected: float, generator, spread: float = 0.0) -> np.ndarray:
+        """``rows`` with ``expected`` whole modules moved from ``around`` and each other with chance ``spread`` /
+        modules (options module_moves, module_idle_share, module_spread)."""
         busy_us = None if compute_us is None else busy_of(around, compute_us)
         return module_shifts(rows, around, modules, expected, cluster.n_devices, generator, busy_us,
-                             options.module_idle_share)
+                             options.module_idle_share, spread)
 
     def step(k, generator, state, rollouts, reward) -> Update:
         noise = options.logit_noise_std if state.update < options.noise_updates else 0.0
@@ -492,7 +510,7 @@ def reinforce(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.M
             parts.append(drawn)
             kinds += ["deviation" if around is not None else "policy"] * (k - critical - fresh - alone)
         if alone:     # search samples: the best with one module moved, no policy decision, so nothing credited
-            rows = torch.from_numpy(shifted(np.tile(around, (alone, 1)), around, 1.0, generator))
+            rows = torch.from_numpy(shifted(np.tile(around, (alone, 1)), around, 1.0, generator, options.module_spread))
             parts.append(Sample(rows, torch.zeros(alone), torch.zeros(alone)))
             kinds += ["search"] * alone
         if fresh:     # the last `fresh` rows are drawn from the policy whole, so a run can leave the best's basin
