@@ -8,8 +8,9 @@ reached it too, so this measures the encoder where it could matter, in two parts
   its policy (no search moves), so a falling mean is the policy learning; the best so far is not, since the warm start
   sets it from the first sample.
 - ``--probe``: linear probes from what the placer reads of each unit to what a placer needs to know of it: its
-  compute time (log, ``train.unit_compute_us``), and its device in the best known placement (sim-search's, from
-  ``mars.py --part baselines``). Readers: the shipped DGI encoder's embeddings, random encoders' (seeds 0-2, the
+  compute time (log, ``train.unit_compute_us``), its device in the best known placement (sim-search's, from
+  ``mars.py --part baselines``) and, where the layers interleave (GNMT-4), its module layer (``train.module_labels``:
+  what a placer of slices of the step must recognise to place modules whole). Readers: the shipped DGI encoder's embeddings, random encoders' (seeds 0-2, the
   width the shipped one has), the unit features the encoders read, and the unit's position in the step alone.
   Ridge regression (features standardised, lambda 1) scored by 5-fold cross-validation over units in a seeded
   order: R^2 for the compute time, accuracy for the device (one-hot least squares, the largest output wins) beside
@@ -49,6 +50,7 @@ RIDGE = 1.0
 PROBE_UNITS = 1024
 RANDOM_SEEDS = (0, 1, 2)
 EDGE_UPDATES = 5      # the first and the last this many updates of a run are compared
+WINDOWS = ((0, 160), (160, 320), (320, 480), (480, 640))   # samples: the arms compared at equal samples too
 
 
 def _cv_predictions(x: np.ndarray, y: np.ndarray, seed: int) -> np.ndarray:
@@ -64,13 +66,20 @@ def _cv_predictions(x: np.ndarray, y: np.ndarray, seed: int) -> np.ndarray:
     return out
 
 
-def probe_scores(x: np.ndarray, compute_log: np.ndarray, device: np.ndarray, n_devices: int, seed: int = 0) -> dict:
-    """Cross-validated R^2 of the log compute time and accuracy of the best known device, from ``x``."""
+def _cv_accuracy(x: np.ndarray, label: np.ndarray, seed: int) -> float:
+    """Out-of-fold accuracy of a one-hot least-squares classifier of ``label`` from ``x``."""
+    one_hot = np.eye(int(label.max()) + 1)[label]
+    return float((_cv_predictions(x, one_hot, seed).argmax(1) == label).mean())
+
+
+def probe_scores(x: np.ndarray, compute_log: np.ndarray, device: np.ndarray, module: np.ndarray | None,
+                 seed: int = 0) -> dict:
+    """Cross-validated R^2 of the log compute time, accuracy of the best known device and, where the layers
+    interleave (``module``), of the unit's module layer, from ``x``."""
     predicted = _cv_predictions(x, compute_log[:, None], seed)[:, 0]
     r2 = 1.0 - float(((predicted - compute_log) ** 2).sum() / ((compute_log - compute_log.mean()) ** 2).sum())
-    one_hot = np.eye(n_devices)[device]
-    accuracy = float((_cv_predictions(x, one_hot, seed).argmax(1) == device).mean())
-    return {"compute_r2": r2, "device_accuracy": accuracy}
+    return {"compute_r2": r2, "device_accuracy": _cv_accuracy(x, device, seed),
+            "module_accuracy": None if module is None else _cv_accuracy(x, module, seed)}
 
 
 def probe(name: str) -> dict:
@@ -80,7 +89,7 @@ def probe(name: str) -> dict:
     from devplace.learn.encoder import SHIPPED, GCNEncoder, load_encoder, unit_graph
     from devplace.learn.features import unit_majority
     from devplace.learn.mars import mars_units
-    from devplace.learn.train import seeded, unit_compute_us
+    from devplace.learn.train import module_labels, seeded, unit_compute_us
 
     best = [json.loads(p.read_text()) for p in sorted(RUNS.glob(f"{name}-sim-search-*.json"))]
     best = [b for b in best if "devices" in b]
@@ -93,6 +102,7 @@ def probe(name: str) -> dict:
     g = unit_graph(graph, units.unit_of)
     compute_log = np.log1p(unit_compute_us(graph, cluster, units.unit_of).mean(1))
     device = unit_majority(np.asarray(best["devices"]), units.unit_of, cluster.n_devices)
+    module = module_labels(graph, units.unit_of)
     shipped = load_encoder(SHIPPED)[0].encoder
     readers = {"pre-trained (DGI)": shipped}
     for seed in RANDOM_SEEDS:
@@ -101,12 +111,13 @@ def probe(name: str) -> dict:
     rows = {}
     with torch.no_grad():
         for reader, encoder in readers.items():
-            rows[reader] = probe_scores(encoder(g.x, g.edge_index).numpy(), compute_log, device, cluster.n_devices)
+            rows[reader] = probe_scores(encoder(g.x, g.edge_index).numpy(), compute_log, device, module)
     features = g.x.numpy()
-    rows["unit features (encoder input)"] = probe_scores(features, compute_log, device, cluster.n_devices)
-    rows["position in the step only"] = probe_scores(features[:, -3:-2], compute_log, device, cluster.n_devices)
+    rows["unit features (encoder input)"] = probe_scores(features, compute_log, device, module)
+    rows["position in the step only"] = probe_scores(features[:, -3:-2], compute_log, device, module)
     return {"units": g.n_units, "best_known_us": best["best_step_us"], "best_known_from": "sim-search",
             "majority_device_share": float(np.bincount(device).max() / len(device)),
+            "majority_module_share": None if module is None else float(np.bincount(module).max() / len(module)),
             "devices_used": int(len(np.unique(device))), "readers": rows, "load": round(load_now(), 1)}
 
 
@@ -135,9 +146,15 @@ def curves(names: list[str], seeds: list[int], samples: int, cap_s: float, confi
                        "points": points}
                 run["mean_change"] = run["last_mean_us"] / run["first_mean_us"] - 1
                 run["batch_best_change"] = run["last_batch_best_us"] / run["first_batch_best_us"] - 1
+                run["window_mean_us"] = [statistics.mean(w) if (w := [p[1] for p in points if a < p[0] <= b])
+                                         else None for a, b in WINDOWS]
                 runs.append(run)
             if runs:
-                arms[arm] = {"runs": runs, **{f"median_{k}": statistics.median(r[k] for r in runs) for k in (
+                windows = [[r["window_mean_us"][i] for r in runs if r["window_mean_us"][i] is not None]
+                           for i in range(len(WINDOWS))]
+                arms[arm] = {"runs": runs, "median_window_mean_us": [statistics.median(w) if w else None
+                                                                     for w in windows],
+                             "window_runs": [len(w) for w in windows], **{f"median_{k}": statistics.median(r[k] for r in runs) for k in (
                     "first_mean_us", "last_mean_us", "first_batch_best_us", "last_batch_best_us", "mean_change",
                     "batch_best_change")}}
         if arms:
@@ -178,16 +195,26 @@ def curves_table(results: dict) -> str:
                 f"{e['median_mean_change']:+.1%}", f"{e['median_first_batch_best_us'] / 1e3:.1f}",
                 f"{e['median_last_batch_best_us'] / 1e3:.1f}", f"{e['median_batch_best_change']:+.1%}",
                 f"{sum(r['mean_change'] < 0 for r in runs)}/{len(runs)}"]) + " |")
+    lines += ["", "| model | arm | " + " | ".join(f"batch mean at samples {a}-{b}: median (runs)" for a, b in WINDOWS)
+              + " |", "|" + "---|" * (2 + len(WINDOWS))]
+    for name, arms in results.items():
+        for arm, e in arms.items():
+            lines.append("| " + " | ".join([MODELS[name][0], arm] + [
+                "-" if m is None else f"{m / 1e3:.1f} ({n})"
+                for m, n in zip(e["median_window_mean_us"], e["window_runs"])]) + " |")
     return "\n".join(lines)
 
 
 def probe_table(results: dict) -> str:
-    lines = ["| model | units | reader | compute time, R^2 (5-fold) | best known device, accuracy (5-fold) | "
-             "majority device's share |", "|" + "---|" * 6]
+    lines = ["| model | units | reader | compute time, R^2 (5-fold) | best known device, accuracy (5-fold; majority "
+             "device's share) | module layer, accuracy (5-fold; largest module's share) |", "|" + "---|" * 6]
     for name, p in results.items():
         for reader, s in p["readers"].items():
+            module = "-" if s["module_accuracy"] is None else \
+                f"{s['module_accuracy']:.3f} ({p['majority_module_share']:.3f})"
             lines.append("| " + " | ".join([MODELS[name][0], str(p["units"]), reader, f"{s['compute_r2']:.3f}",
-                                            f"{s['device_accuracy']:.3f}", f"{p['majority_device_share']:.3f}"]) + " |")
+                                            f"{s['device_accuracy']:.3f} ({p['majority_device_share']:.3f})",
+                                            module]) + " |")
     return "\n".join(lines)
 
 
