@@ -83,7 +83,8 @@ def load_now() -> float:
 
 
 def learn(graph, cluster, algo: str, samples: int, options: dict, seed: int = 0) -> dict:
-    """One learner run: best step time and its best-so-far curve (samples, seconds, step us)."""
+    """One learner run: best step time, its best-so-far curve (samples, seconds, step us) and its own samples per
+    update (``policy_curve``: samples, mean and fastest fitting step us of the update's batch)."""
     began, load = time.perf_counter(), load_now()
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "log.csv"
@@ -93,12 +94,16 @@ def learn(graph, cluster, algo: str, samples: int, options: dict, seed: int = 0)
             return {"error": str(exc), "seconds": round(time.perf_counter() - began, 1)}
         rows = list(csv.DictReader(log.open()))
     curve = [(int(r["samples"]), float(r["wall_s"]), float(r["best_step_us"])) for r in rows]
+    policy_curve = [(int(r["samples"]), float(r["mean_step_us"]), float(r["batch_best_step_us"])) for r in rows]
     return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
+            "policy_curve": policy_curve,
             "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1),
             "load_before": round(load, 1), "load_after": round(load_now(), 1)}
 
 
 def algorithmic(graph, cluster, spec: str, samples: int) -> dict:
+    """One algorithmic placer, seed 0: its step time, seconds and devices per op (``mars_encoder_use.py`` probes
+    the encoder's embeddings against the best known placement's devices)."""
     began = time.perf_counter()
     options = {"max_evals": samples} if spec == "sim-search" else {}
     try:
@@ -106,7 +111,7 @@ def algorithmic(graph, cluster, spec: str, samples: int) -> dict:
     except DevplaceError as exc:
         return {"error": str(exc).split(":")[0]}
     return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us,
-            "seconds": round(time.perf_counter() - began, 1)}
+            "seconds": round(time.perf_counter() - began, 1), "devices": [int(d) for d in placed.devices]}
 
 
 def warm_start_candidate(graph, cluster, spec: str) -> dict:

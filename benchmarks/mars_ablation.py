@@ -516,7 +516,7 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict) -> None:
+def plot(results: dict, stem: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -536,8 +536,7 @@ def plot(results: dict) -> None:
         ax.set_xlabel("simulated placements")
         ax.set_title(MODELS[name][0], fontsize=9)
     axes[0][0].set_ylabel("best step time so far (ms)")
-    entry = next(iter(results.values()))
-    write_figure(figure, axes, f"{report_name(entry['samples'], entry['config'])}.png")
+    write_figure(figure, axes, f"{stem}.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -559,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
                         "arm's units and warm start, each seed at the samples its pre-trained run drew")
     parser.add_argument("--study", action="store_true", help="only measure devplace's variant without each of its "
                         "options in turn (STUDY: pre-trained encoder, seed 0)")
+    parser.add_argument("--name", default="", help="the report's file name without extension (default: report_name's, "
+                        "from --samples and --config; give another to keep an earlier report of the same budget "
+                        "made at another --time-cap-s)")
     args = parser.parse_args(argv)
     names = model_names(parser, args.models)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -578,10 +580,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         run_all(names, arms, seeds, args.samples, args.time_cap_s, args.config)
     results = assemble(names, seeds, args.samples, args.time_cap_s, args.config, args.baseline_samples)
-    write_text_atomic(RESULTS / f"{report_name(args.samples, args.config)}.json",
-                      json.dumps(results, indent=1, default=float) + "\n")
+    stem = args.name or report_name(args.samples, args.config)
+    write_text_atomic(RESULTS / f"{stem}.json", json.dumps(results, indent=1, default=float) + "\n")
     if results:         # a model enters once both arms of a pair have runs
-        plot(results)
+        plot(results, stem)
     print(table(results))
     return 0
 

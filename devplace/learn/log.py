@@ -1,8 +1,8 @@
 """The training log of a learning placer: one CSV row per update and a PNG curve beside it.
 
 Columns: update, wall seconds since the run began, placements simulated so far, best step time
-found so far (of placements that fit), mean step time of this update's samples, mean entropy per
-decision, and the REINFORCE loss.
+found so far (of placements that fit), mean step time of this update's samples, the fastest of them
+that fits, mean entropy per decision, and the loss.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from devplace.fileio import write_bytes_atomic, write_text_atomic
 
-COLUMNS = ("update", "wall_s", "samples", "best_step_us", "mean_step_us", "entropy", "loss")
+COLUMNS = ("update", "wall_s", "samples", "best_step_us", "mean_step_us", "batch_best_step_us", "entropy", "loss")
 
 
 def write_log(path: "str | Path", rows: list[dict], title: str) -> tuple[Path, Path]:

@@ -282,6 +282,7 @@ def reinforce(net: PlacetoNet, graphs: list[UnitGraph], starts: list[Start], opt
         run.wall_s = time.perf_counter() - began
         run.rows.append({"update": run.updates, "wall_s": round(run.wall_s, 3), "samples": run.samples,
                          "best_step_us": run.best[i].best_step_us, "mean_step_us": episode.costs_s[-1] * 1e6,
+                         "batch_best_step_us": episode.best_step_us,
                          "entropy": float(entropy.detach().mean()), "loss": float(loss.detach())})
         task.update(run.samples, best_step_us=None if len(graphs) > 1 else run.best[i].best_step_us)
     task.end()

@@ -604,6 +604,7 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
             state.wall_s = time.perf_counter() - began
             state.rows.append({"update": state.update, "wall_s": round(state.wall_s, 3), "samples": state.samples,
                                "best_step_us": state.best_step_us, "mean_step_us": float(done.outcomes.step_us.mean()),
+                               "batch_best_step_us": _batch_best_us(done.outcomes),
                                "entropy": done.entropy, "loss": done.loss})
             if checkpoint is not None and state.update % options.checkpoint_every == 0:
                 _save(checkpoint, identity, policy, optimizer, generator, state)
@@ -627,6 +628,13 @@ def train(name: str, graph, cluster, unit_of: np.ndarray, policy: torch.nn.Modul
                     "init_updates_done": state.init_updates_done, "learned_step_us": state.best_step_us,
                     "returned": "learned" if learned else "init"}
     return Placement(devices=devices, priority=whole.order_of(devices, state.carried), options=figures)
+
+
+def _batch_best_us(outcomes) -> float:
+    """The fastest fitting placement of one update's batch (inf if none fits): with the batch's mean, whether the
+    policy's own samples improve, apart from the best so far, which a warm start or one lucky sample may set."""
+    fits = ~outcomes.oom
+    return float(outcomes.step_us[fits].min()) if fits.any() else math.inf
 
 
 def _keep_best(state: _State, unit_devices: np.ndarray, outcomes) -> int | None:
