@@ -80,7 +80,8 @@ ROUND6 = dict(carry_order=True, module_moves=1.0)
 ROUND7 = dict(critical_share=0.25, module_alone_share=0.5, module_idle_share=0.5)
 # (round 8: each kind of policy sample judged against its own baseline: on gnmt_layers_training the one fresh row of
 # a batch was the slowest policy row in 98% of batches (HP and ColocRL), so its shared-baseline advantage was -1.15
-# whatever it drew; HP at 400 samples, seed 0: 367.48 -> 337.89 ms: benchmarks/learner_kinds.py)
+# whatever it drew. HP at 400 samples: seed 0 367.48 -> 337.89 ms, seed 1 342.09 -> 367.62: either way the escape
+# from m-SCT+opt's basin is one fresh sample, and whether one comes is chance: benchmarks/learner_kinds.py)
 ROUND8 = dict(kind_baselines=True)
 DEVPLACE = {
     "colocrl": dict(init_updates=50, deviations=2.0, deviate_from="best", boundary_moves=1.0, learning_rate=0.001,
@@ -399,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
             save(path, name, entry)
             continue
         scored = learner_options(LEARNERS[0], args.config, name)     # the learners' orders, the same for both
-        entry["random"] = random_search(graph, cluster, max(drawn, default=samples), args.time_budget_s,
+        # random search is cheap: drawn as far as any learner run the file keeps, so each is compared at its samples
+        kept = [run.get("samples", 0) for label, run in earlier.items() if label in run_labels() and label not in entry]
+        entry["random"] = random_search(graph, cluster, max(drawn + kept), args.time_budget_s,
                                         scored.get("schedule_orders", "topological"), scored.get("carry_order", False))
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
         searched = module_search(graph, cluster, max(drawn, default=samples),
