@@ -258,8 +258,8 @@ def kind_advantages(rewards: np.ndarray, kinds: list[str], moments: dict, decay:
     """Option kind_baselines: each row's reward minus the moving-average baseline of its kind of sample, divided
     (``normalize``) by that kind's moving root-mean-square advantage; ``moments`` (kind -> [baseline, spread
     squared]) moves by ``decay`` as the shared baseline does. A kind seen first is its own baseline. Measured on
-    gnmt_layers_training (HP, round 8): the one fresh row of a batch beside two deviations of the best was the
-    slowest in 98 of 99 batches, so under one baseline its advantage was -1.15 (normalised) whatever its quality,
+    gnmt_layers_training (HP, round 8b): the one fresh row of a batch beside two deviations of the best was the
+    slowest in 98 of 99 batches, so under one baseline its normalised advantage was about -1.15 whatever it drew,
     and an update pushed down whatever it drew: no signal, zero in expectation.
 
     >>> moments = {"fresh": [-0.70, 0.01 ** 2]}
