@@ -798,3 +798,32 @@ def test_colocrl_module_units_places_modules_whole_and_credits_the_policy():
     groups = dp.place(g, uniform_cluster(2), algo="colocrl", **run)
     assert modules.options["step_us"] == pytest.approx(800.0) and set(modules.options["gain_us_by"]) == {"deviation"}
     assert groups.options["step_us"] == pytest.approx(1600.0) and groups.options["returned"] == "init"
+
+
+def test_kind_baselines_judge_each_kind_of_sample_against_its_own(tmp_path):
+    """Option kind_baselines: a fresh sample (a whole placement drawn from the policy) is slower than any deviation
+    of the best, so under the one shared baseline its advantage is negative whatever it drew, and its update only
+    pushes down what it sampled (zero in expectation: no signal). Against its own kind's baseline, a fresh sample
+    faster than the fresh samples before it is reinforced though it is the slowest row of its batch. A run with the
+    option keeps a baseline per kind (in its checkpoint); without it, none."""
+    import torch
+
+    from devplace.learn.train import kind_advantages
+
+    rewards, kinds = np.array([-0.60, -0.61, -0.70]), ["deviation", "deviation", "fresh"]
+    moments = {"deviation": [-0.605, 1e-4], "fresh": [-0.75, 0.05 ** 2]}
+    advantage = kind_advantages(rewards, kinds, moments, 0.9, normalize=True)
+    assert advantage[2] > 0.5 and advantage[0] > 0 > advantage[1], advantage
+    shared = (rewards - rewards.mean()) / rewards.std()                  # the shared baseline's, normalised
+    assert shared[2] < -1.0
+    assert moments["fresh"][0] == pytest.approx(0.9 * -0.75 + 0.1 * -0.70)
+
+    g, cluster = slow_second_half(), fast_and_slow()
+    kept = {}
+    for on in (True, False):
+        checkpoint = tmp_path / f"run-{on}.pt"
+        dp.place(g, cluster, algo="hp", seed=0, samples=21, init="accelerate-auto", init_updates=2,
+                 deviations=1.0, deviate_from="best", fresh_share=0.5, normalize_advantage=True,
+                 kind_baselines=on, checkpoint=str(checkpoint), **HP_FAST)
+        kept[on] = torch.load(checkpoint, weights_only=False)["state"]["kind_moments"]
+    assert set(kept[True]) == {"deviation", "fresh"} and kept[False] == {}

@@ -126,6 +126,11 @@ class ReinforceOptions(WholePlacementOptions):
                                      "drawn from the policy whole, every decision, as the papers sample, the rest "
                                      "deviate from the best: global exploration beside the local moves (devplace's "
                                      "variant)")
+    kind_baselines: bool = option(False, "each kind of policy sample (fresh_share's whole placements, the deviations "
+                                         "from the best) is judged against its own moving-average baseline and, with "
+                                         "normalize_advantage, its own moving spread: with one baseline a fresh sample, "
+                                         "far slower than any deviation, scores below the batch whatever its quality, "
+                                         "and its update is noise (devplace's variant; the papers have one kind)")
 
 
 def learning_rate_at(options: ReinforceOptions, update: int) -> float:
