@@ -5,6 +5,7 @@ Each test starts the command line in its own session (a long run: many steps), w
 ranks are connected, does the fault and checks the outcome and that no process of the run is left.
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -44,7 +45,8 @@ def start_run(files, timeout_s: float = 60) -> subprocess.Popen:
          "--cluster", str(files / "two.toml"), "--backend", "distributed", "--cost", "measured",
          "--steps", "1000000", "--warmup", "0", "--timeout", str(timeout_s)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        # faulthandler: a run that does not end is asked (SIGABRT) for its threads' stacks, for the failure message
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PYTHONFAULTHANDLER": "1"},
     )
 
 
@@ -123,8 +125,14 @@ def finish(proc: subprocess.Popen, limit_s: float = 60) -> tuple[int, str]:
     try:
         _, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the run did not end")
+        os.kill(proc.pid, signal.SIGABRT)
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            err = "(no stacks within 10 s)"
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the run did not end within {limit_s:g} s; where its threads were:\n{err}")
     return proc.returncode, err
 
 
