@@ -125,6 +125,8 @@ def finish(proc: subprocess.Popen, limit_s: float = 60) -> tuple[int, str]:
     try:
         _, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
+        masks = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                 if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))]  # SIGINT is bit 1 (0x2)
         os.kill(proc.pid, signal.SIGABRT)
         try:
             _, err = proc.communicate(timeout=10)
@@ -132,7 +134,7 @@ def finish(proc: subprocess.Popen, limit_s: float = 60) -> tuple[int, str]:
             err = "(no stacks within 10 s)"
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"the run did not end within {limit_s:g} s; where its threads were:\n{err}")
+        pytest.fail(f"the run did not end within {limit_s:g} s; its signal masks: {masks}; where its threads were:\n{err}")
     return proc.returncode, err
 
 
