@@ -98,9 +98,16 @@ DEVPLACE = {
 # per model, changes to DEVPLACE (round 7, measured: benchmarks/learner_variants.py): on GNMT-4 the carried order
 # changed no best of HP's 300 samples (229.76 ms either way) and cost 37% more time (166.5 against 121.5 s)
 # GNMT-4's round-7 runs had no critical moves (they were measured on RNNLM and gnmt_layers_training at the same time)
-# round 8: GNMT-4's warm start may also be METIS's placement (317.30 ms against the expert's 345.82), the start from
+# round 8a: GNMT-4's warm start may also be METIS's placement (317.30 ms against the expert's 345.82), the start from
 # which HP reached 216.94 ms in mars.py's equal-time run and sim-search's layer search finds 216.94
 MODEL_OPTIONS: dict[str, dict] = {"gnmt4": dict(carry_order=False, critical_share=0.0, init=f"{WARM_STARTS},metis")}
+# per learner and model, changes on top of those (round 8c): HP on GNMT-4 with round 8a's options returned 245.17 ms at
+# 10 minutes (round 7a's 229.76); at 400 samples, seed 0, from METIS, round 6's mix (every sample a deviation carrying a
+# module move, the carried order, no single-module or spread search samples) reached 217.03 against 240.65 with round
+# 7's and 253.73 with round 8a's (benchmarks/learner_variants.py): HP on GNMT-4 runs round 6's mix
+LEARNER_MODEL_OPTIONS: dict[tuple[str, str], dict] = {
+    ("hp", "gnmt4"): dict(carry_order=True, module_alone_share=0.0, module_idle_share=0.0, module_spread=0.0,
+                          kind_baselines=False)}
 BASELINES = ("single", "expert", "m-sct+opt", "sim-search")
 # name: (what, graph source, devices, memory fraction); zoo models at the papers' configurations
 MODELS = {
@@ -167,13 +174,15 @@ def module_search(graph, cluster, samples: int, options: dict) -> dict | None:
     return learner(graph, cluster, "hp", samples, None, options | {"module_alone_share": 1.0, "fresh_share": 0.0})
 
 
-def learner_options(algo: str, config: str, model: str) -> dict:
+def learner_options(algo: str, config: str, model: str, per_learner: bool = True) -> dict:
     """The options of ``algo`` under ``config``: none for the papers' defaults; for devplace's variant,
     ``DEVPLACE`` and a warm start from the fastest of ``WARM_STARTS``, with ``MODEL_OPTIONS``' changes for
-    ``model`` (which may name other warm starts)."""
+    ``model`` (which may name other warm starts) and, with ``per_learner``, ``LEARNER_MODEL_OPTIONS``' for ``algo``
+    on ``model`` (module search alone keeps the model's search samples whichever learner's mix differs)."""
     if config == "paper":
         return {}
-    return DEVPLACE[algo] | {"init": WARM_STARTS} | MODEL_OPTIONS.get(model, {})
+    return (DEVPLACE[algo] | {"init": WARM_STARTS} | MODEL_OPTIONS.get(model, {})
+            | (LEARNER_MODEL_OPTIONS.get((algo, model), {}) if per_learner else {}))
 
 
 def learner(graph, cluster, algo: str, samples: int, time_budget_s: float | None, options: dict) -> dict:
@@ -412,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                                         scored.get("schedule_orders", "topological"), scored.get("carry_order", False))
         print(f"  random: {entry['random']['best_step_us'] / 1e3:.2f} ms", flush=True)
         searched = module_search(graph, cluster, max(drawn, default=samples),
-                                 learner_options("hp", args.config, name)) if scored else None
+                                 learner_options("hp", args.config, name, per_learner=False)) if scored else None
         if searched is not None:
             entry["module_search"] = searched
             print(f"  module search alone: {searched.get('best_step_us', math.nan) / 1e3:.2f} ms "
