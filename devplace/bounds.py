@@ -48,6 +48,7 @@ from devplace.transforms.coplacement import join_pairs
 
 BOUND_NAMES = ("critical_path_us", "comm_path_us", "work_us", "largest_group_us", "interval_work_us", "memory_path_us",
                "cut_threshold_us", "turn_path_us")
+MAX_SPAN = 64        # a span (``memory_path_us``) joins path positions at most this far apart
 
 
 @dataclass(frozen=True)
@@ -496,11 +497,17 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
         path_ops, path_edges = _trace(graph, level, parent)
         units = rel.unit[path_ops]
         held = rel.unit_bytes[np.unique(units)].sum()
-        spans = _path_spans(graph, rel, path_ops)
+        position = np.full(graph.n_ops, -1, np.int64)
+        position[path_ops] = np.arange(len(path_ops))
+        side_routes = _side_routes(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr,
+                                   graph.succ_edge, graph.edge_dst, position,
+                                   np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
+                                   np.ascontiguousarray(rel.cut_us, dtype=np.float64), MAX_SPAN)
+        spans = _path_spans(graph, rel, path_ops, position, side_routes)
         path_us = float(rel.fastest_us[path_ops].sum())
         if held <= capacity[0]:      # the whole path fits one device: no cut is forced, each span alone
             best = max(best, path_us + _fitting_path_us(graph, rel, path_ops, path_edges, float(capacity[0]),
-                                                        pair_queue, end_queue, spans))
+                                                        pair_queue, end_queue, spans, position, side_routes))
             continue
         cuts = _path_cut_us(units, rel.unit_bytes.astype(np.float64), rel.fastest_us[path_ops], cut_us[path_edges],
                             float(capacity[0]), pair_queue, end_queue, *spans)
@@ -517,7 +524,7 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
 
 
 def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: np.ndarray, capacity: float,
-                     pair_queue: bool, end_queue: bool, spans) -> float:
+                     pair_queue: bool, end_queue: bool, spans, position: np.ndarray, side_routes) -> float:
     """What the spans add to a path whose units fit one device (``memory_path_us``), stretch by
     stretch: a *stretch* joins the spans and side routes (``_side_routes``) whose edges overlap.
 
@@ -533,8 +540,8 @@ def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: n
     routes' P_Q summed and the largest P_Q + c1 + c2 - I of a leaving one (memory is not asked:
     fewer constraints, a smaller least). A split that cuts one pays at least the stretch's
     cheapest cut. So a stretch adds at least min(max(routes, alone), max(cheapest cut, alone)),
-    and stretches share no edges."""
-    m = len(path_ops)
+    and stretches share no edges. ``position`` (per op, its place on the path or -1) and
+    ``side_routes`` (``_side_routes``) are the ones the spans were taken from."""
     units, time_us, edge_cut_us = rel.unit[path_ops], rel.fastest_us[path_ops], rel.cut_us[path_edges]
     unit_bytes = rel.unit_bytes.astype(np.float64)
     span_of, first, last, cross, chord, side, leave, route_ptr, route_cut, route_pre, route_suf, q_bytes = spans
@@ -547,12 +554,7 @@ def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: n
                                 cross[k:k + 1], chord[k:k + 1], side[k:k + 1], leave[k:k + 1],
                                 np.array([0, hi - lo], np.int64), route_cut[lo:hi], route_pre[lo:hi],
                                 route_suf[lo:hi], q_bytes[k:k + 1])
-    position = np.full(graph.n_ops, -1, np.int64)
-    position[path_ops] = np.arange(m)
-    side_a, side_b, side_us, cut1, cut2, side_exit, via = _side_routes(
-        graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr, graph.succ_edge,
-        graph.edge_dst, position, np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
-        np.ascontiguousarray(rel.cut_us, dtype=np.float64), 64)
+    side_a, side_b, side_us, cut1, cut2, side_exit, via = side_routes
     before = np.concatenate([[0.0], np.cumsum(time_us)])
     leaving = side_us + cut1 + cut2 - (before[side_b] - before[side_a + 1])     # what leaving adds
     routes = np.flatnonzero(leaving > 0)
@@ -581,10 +583,7 @@ def _stretch_us(graph, members, n_spans, alone, routes, side_us, leaving, side_e
     taken, used = [], set()
     for j in sorted((j - n_spans for j in members if j >= n_spans), key=lambda r: -side_us[routes[r]]):
         r = routes[j]
-        ops, v = [], graph.edge_src[side_exit[r]]
-        while position[v] < 0:
-            ops.append(int(v))
-            v = graph.edge_src[via[v]]
+        ops = graph.edge_src[_route_edges(graph, position, side_exit[r], via)[:-1]].tolist()   # its off-path ops
         if used.isdisjoint(ops):
             used.update(ops)
             taken.append((leaving[r], side_us[r]))
@@ -910,8 +909,9 @@ def _trace(graph, level: np.ndarray, parent: np.ndarray):
     return np.array(ops[::-1], dtype=np.int64), np.array(edges[::-1], dtype=np.int64)
 
 
-def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64):
-    """The spans ``_path_cut_us`` charges on a path (``memory_path_us``), as arrays: per path edge
+def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, position: np.ndarray, side_routes):
+    """The spans ``_path_cut_us`` charges on a path (``memory_path_us``; ``position``: per op its place on
+    the path or -1; ``side_routes``: its ``_side_routes``), as arrays: per path edge
     its span (-1: none); per span its first and last path position (x and w), its cross cost X,
     whether it is a chord, a side route's time P_Q and P_Q + c1 + c2; per side route edge (spans'
     runs of ``route_ptr``) its cut cost and the persistent bytes of the route's units (those off
@@ -922,18 +922,13 @@ def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64
     inside the span, or a positive together charge) are taken, largest first, skipping any whose
     edges meet a taken one's, and numbered along the path."""
     m = len(path_ops)
-    position = np.full(graph.n_ops, -1, np.int64)
-    position[path_ops] = np.arange(m)
     a, b = position[graph.edge_src], position[graph.edge_dst]
-    chord = (a >= 0) & (b >= a + 2) & (b - a <= max_span) & np.isfinite(rel.cut_us)
+    chord = (a >= 0) & (b >= a + 2) & (b - a <= MAX_SPAN) & np.isfinite(rel.cut_us)
     pairs, inverse = np.unique(np.stack([a[chord], b[chord]]), axis=1, return_inverse=True)
     n_chords = pairs.shape[1]
     chord_cross = np.zeros(n_chords)
     np.maximum.at(chord_cross, np.ravel(inverse), rel.cut_us[chord])
-    side_a, side_b, side_us, cut1, cut2, side_exit, via = _side_routes(
-        graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr, graph.succ_edge,
-        graph.edge_dst, position, np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
-        np.ascontiguousarray(rel.cut_us, dtype=np.float64), max_span)
+    side_a, side_b, side_us, cut1, cut2, side_exit, via = side_routes
     first = np.concatenate([pairs[0], side_a]).astype(np.int64)
     last = np.concatenate([pairs[1], side_b]).astype(np.int64)
     before = np.concatenate([[0.0], np.cumsum(rel.fastest_us[path_ops])])
@@ -966,10 +961,7 @@ def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64
             route_ptr.append(route_ptr[-1])
             q_bytes.append(0.0)
             continue
-        edges = [int(side_exit[k - n_chords])]
-        while position[graph.edge_src[edges[-1]]] < 0:
-            edges.append(int(via[graph.edge_src[edges[-1]]]))
-        edges = edges[::-1]                           # x -> q_1, .., q_r -> w
+        edges = _route_edges(graph, position, side_exit[k - n_chords], via)[::-1].tolist()   # x -> q_1, .., q_r -> w
         units = [int(rel.unit[graph.edge_dst[e]]) for e in edges[:-1]]
         for cut_at in range(len(edges)):              # q_1 .. q_cut_at before it, the rest after
             route_cut.append(float(rel.cut_us[edges[cut_at]]))
@@ -981,6 +973,15 @@ def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, max_span: int = 64
             np.ascontiguousarray(np.concatenate([np.zeros(n_chords), side_us])[taken]),
             np.ascontiguousarray(leave[taken]), np.array(route_ptr, np.int64), np.array(route_cut, np.float64),
             np.array(route_pre, np.float64), np.array(route_suf, np.float64), np.array(q_bytes, np.float64))
+
+
+def _route_edges(graph, position: np.ndarray, exit_edge: int, via: np.ndarray) -> np.ndarray:
+    """A side route's edges from its last (``exit_edge``, into the path) back to its first (out of the path),
+    following ``via`` (``_side_routes``' per-op edge in) while the edge comes from an off-path op."""
+    edges = [int(exit_edge)]
+    while position[graph.edge_src[edges[-1]]] < 0:
+        edges.append(int(via[graph.edge_src[edges[-1]]]))
+    return np.asarray(edges, np.int64)
 
 
 def _off_path_bytes(rel: Relaxation, path_units: np.ndarray, units: list) -> float:

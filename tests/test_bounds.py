@@ -439,7 +439,7 @@ def without_spans(monkeypatch):
     from devplace import bounds
 
     none, empty = np.zeros(0, np.int64), np.zeros(0)
-    monkeypatch.setattr(bounds, "_path_spans", lambda graph, rel, path_ops: (
+    monkeypatch.setattr(bounds, "_path_spans", lambda graph, rel, path_ops, position, side_routes: (
         np.full(max(len(path_ops) - 1, 0), -1, np.int64), none, none, empty, np.zeros(0, bool), empty, empty,
         np.zeros(1, np.int64), empty, empty, empty, empty))
     monkeypatch.setattr(bounds, "_side_routes", lambda *arrays: (
