@@ -1,7 +1,8 @@
-"""Writing files so that a failure never leaves half of one behind."""
+"""Reading and writing files: a bad file gets an error that names it, a failed write never leaves half of one."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -65,3 +66,30 @@ def json_default(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def read_json_object(path: "str | Path", what: str, error: type[DevplaceError], give: str = "a .json file") -> dict:
+    """The JSON object in ``path``, or ``error`` naming ``what`` and the file and saying what is wrong
+    (for a folder, to ``give`` a file instead).
+
+    >>> read_json_object("missing.json", "graph file", DevplaceError)
+    Traceback (most recent call last):
+    devplace.errors.DevplaceError: graph file 'missing.json' does not exist
+    """
+    path = Path(path)
+    name = f"{what} {str(path)!r}"
+    if path.is_dir():
+        raise error(f"{name} is a directory: give {give}")
+    if not path.is_file():
+        raise error(f"{name} does not exist")
+    try:
+        data = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{name} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise error(f"{name} nests lists or objects too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise error(f"{name} cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise error(f"{name} holds a JSON {type(data).__name__}, not one JSON object")
+    return data

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from devplace.errors import PlacementError
-from devplace.fileio import json_default, write_text_atomic
+from devplace.fileio import json_default, read_json_object, write_text_atomic
 
 FORMAT = "devplace-placement"
 VERSION = 1
@@ -182,18 +182,7 @@ class Placement:
 
     @classmethod
     def load(cls, path: "str | Path") -> "Placement":
-        path = Path(path)
-        if not path.is_file():
-            raise PlacementError(f"placement file {str(path)!r} does not exist")
-        try:
-            data = json.loads(path.read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise PlacementError(f"placement file {str(path)!r} is not valid JSON: {exc}") from None
-        except (RecursionError, ValueError):
-            raise PlacementError(f"placement file {str(path)!r} cannot be read: too deeply nested or a number "
-                                 f"too long") from None
-        if not isinstance(data, dict):
-            raise PlacementError(f"placement file {str(path)!r} must hold one JSON object")
+        data = read_json_object(path, "placement file", PlacementError)
         return cls.from_dict(data, source=f"placement file {str(path)!r}")
 
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import devplace as dp
-from devplace.errors import GraphError
+from devplace.errors import GraphError, PlacementError
 from devplace.graph import GraphBuilder, OpGraph
 from devplace.io import dnn_partitioning, load_graph, native, save_graph
+from devplace.placement import Placement
 from devplace.sim import simulate
 
 DNN_FILES = {  # file: (nodes, edges), the table in devplace/data/README-dnn-partitioning.md
@@ -267,3 +268,21 @@ def test_the_documented_example_file_loads(tmp_path):
     g = load_graph(tmp_path / "example.json")
     assert g.n_ops == 4 and g.names[g.mirror[2]] == "matmul" and g.edge_fixed_us[2] == 12.0
     assert g.colocation_names == ("emb",) and g.role_counts()["update"] == 1
+
+
+@pytest.mark.parametrize("content, why", [
+    ("[" * 100_000 + "]" * 100_000, "too deeply"),
+    ('{"n": ' + "9" * 5000 + "}", "cannot be read"),
+    ("[1, 2]", "holds a JSON list"),
+    (b"\xff\xfe", "not valid JSON"),
+])
+def test_a_bad_graph_or_placement_file_is_named(tmp_path, content, why):
+    """Graph and placement files share one reader, so both name the file and what is wrong with it."""
+    path = tmp_path / "bad.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(GraphError, match=f"graph file .*bad.json.* {why}"):
+        load_graph(path)
+    with pytest.raises(PlacementError, match=f"placement file .*bad.json.* {why}"):
+        Placement.load(path)
+    with pytest.raises(PlacementError, match="is a directory"):
+        Placement.load(tmp_path)

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from devplace.errors import GraphError
+from devplace.fileio import read_json_object
 from devplace.graph import OpGraph
 from devplace.io import dnn_partitioning, native
 
 
 def load_graph(path: "str | Path") -> OpGraph:
     """Load a graph file, detecting its format (native JSON or dnn-partitioning JSON)."""
-    path = Path(path)
-    if path.is_dir():
-        raise GraphError(f"graph file {str(path)!r} is a directory: give a .json graph file or a model target")
-    if not path.is_file():
-        raise GraphError(f"graph file {str(path)!r} does not exist")
-    try:
-        data = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise GraphError(f"graph file {str(path)!r} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise GraphError(f"graph file {str(path)!r} nests lists or objects too deeply to read") from None
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise GraphError(f"graph file {str(path)!r} cannot be read: {exc}") from None
-    if not isinstance(data, dict):
-        raise GraphError(f"graph file {str(path)!r} holds a JSON {type(data).__name__}, not a graph object")
+    data = read_json_object(path, "graph file", GraphError, give="a .json graph file or a model target")
     source = f"graph file {str(path)!r}"
     if native.is_native(data):
         graph = native.from_dict(data, source=source)

@@ -225,6 +225,3 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
         meta=_meta(data.get("meta"), source),
     )
 
-
-def load(path: "str | Path") -> OpGraph:
-    return from_dict(json.loads(Path(path).read_bytes()), source=f"graph file {str(path)!r}")
