@@ -29,8 +29,10 @@ the candidate charges for that work, each a valid lower bound (proof below), aga
   that exceeds the largest device for some x, every placement cuts P at least once.
 - **offloading the last stage's weight gradients** (placement side): sim-search's seed-0 placement with
   the weight-gradient products and bias sums that GPU 0 runs after 300 ms (off P, with no path op
-  after them) moved, by when their inputs were ready, to each other GPU; and every update unit moved
-  to the device of the gradient it reads.
+  after them) moved, by when their inputs were ready, to each other GPU; the same from the placement
+  without its 0-2-0 detour (``transformer_structures.py``), by layer (``UnitLayers``), judged in the
+  fastest of sim-search's orders that fits; and every update unit moved to the device of the
+  gradient it reads.
 
     .venv/bin/python benchmarks/bound_side_probes.py [--models transformer ...] [--no-placements]
 
@@ -223,12 +225,16 @@ def probe(name: str, graph, cluster) -> dict:
 
 def offload_trials(graph, cluster) -> dict:
     """sim-search's seed-0 placement with the last stage's weight gradients moved (module docstring)."""
+    from transformer_structures import fastest_fitting
+
+    from devplace.placers._layers import UnitLayers
     from devplace.placers._moves import respect_colocation, with_colocation
     from devplace.portfolio import sim_search as ss
 
     placement = dp.place(graph, cluster, algo="sim-search")
     devices, priority = np.asarray(placement.devices), placement.priority
-    sim = ss._Search(graph, cluster, ss.SearchConfig(), 0).sim
+    search = ss._Search(graph, cluster, ss.SearchConfig(), 0)
+    sim, fine = search.sim, search.fine
     base = sim.run(dp.Placement(devices=devices, priority=priority))
     rel = bounds.relaxation(graph, cluster)
     path_ops, _ = bounds._trace(graph, *bounds._longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges)))
@@ -254,7 +260,22 @@ def offload_trials(graph, cluster) -> dict:
             out["moves"].append({"ready_before_ms": ready_before_us / 1e3, "ops": len(moved), "to": target,
                                  "step_ms": round(result.step_time_us / 1e3, 3), "fits": bool(result.fits)})
             print(json.dumps(out["moves"][-1]), flush=True)
-    fine = ss._Search(graph, cluster, ss.SearchConfig(), 0).fine
+    layers = UnitLayers.of(graph)
+    layer = layers.layer_of_unit()[layers.unit_of]
+    clean = devices.copy()
+    clean[(layer <= 6) & (clean == 2)] = 0          # transformer_structures.py's "0-2-0 detour removed"
+    gradients = ~on_path & ~feeds_path & (rel.fastest_us > 0) & (graph.role != Role.UPDATE)
+    out["detour_removed_ms"] = round(fastest_fitting(search, respect_colocation(fine, clean))[0] / 1e3, 3)
+    for last_layer in (2, 4, 6):
+        for target in range(1, cluster.n_devices):
+            trial = clean.copy()
+            moved = gradients & (layer <= last_layer) & (trial == 0)
+            trial[moved] = target
+            scored = fastest_fitting(search, respect_colocation(fine, trial))
+            out["moves"].append({"detour_removed": True, "layers_up_to": last_layer, "ops": int(moved.sum()),
+                                 "to": target, "step_ms": None if scored is None else round(scored[0] / 1e3, 3),
+                                 "order": None if scored is None else scored[2]})
+            print(json.dumps(out["moves"][-1]), flush=True)
     trial = devices.copy()
     for u in np.flatnonzero(graph.role == Role.UPDATE):
         for k in range(graph.pred_ptr[u], graph.pred_ptr[u + 1]):
@@ -263,8 +284,10 @@ def offload_trials(graph, cluster) -> dict:
             if graph.role[f] != Role.UPDATE and graph.edge_bytes[e] > 0 and rel.fastest_us[f] > 0:
                 trial[with_colocation(fine, np.array([u]))] = devices[f]
                 break
-    result = sim.run(dp.Placement(devices=respect_colocation(fine, trial), priority=priority))
-    out["updates_with_their_gradients"] = {"step_ms": round(result.step_time_us / 1e3, 3), "fits": bool(result.fits)}
+    trial = respect_colocation(fine, trial)
+    result = sim.run(dp.Placement(devices=trial, priority=priority))
+    out["updates_with_their_gradients"] = {"step_ms": round(result.step_time_us / 1e3, 3), "fits": bool(result.fits),
+                                           "ops_moved": int((trial != devices).sum())}
     print(json.dumps(out["updates_with_their_gradients"]), flush=True)
     return out
 
