@@ -45,6 +45,9 @@ def start_run(files, timeout_s: float = 60) -> subprocess.Popen:
          "--cluster", str(files / "two.toml"), "--backend", "distributed", "--cost", "measured",
          "--steps", "1000000", "--warmup", "0", "--timeout", str(timeout_s)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # a shell without job control starts `cmd &` with SIGINT ignored, and the run inherits that (so Ctrl-C
+        # could not reach it); give the run SIGINT's default, as a job in a terminal's foreground has
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         # faulthandler: a run that does not end is asked (SIGABRT) for its threads' stacks, for the failure message
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PYTHONFAULTHANDLER": "1"},
     )
