@@ -289,7 +289,7 @@ def largest_group_us(rel: Relaxation) -> float:
     return float(np.where(rel.allowed, load, np.inf).min(axis=1).max(initial=0.0))
 
 
-def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> float:
+def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128, pair_ends: int = 16) -> float:
     """Energetic reasoning (Fernandez & Bussell, "Bounds on the number of processors and time for
     multiprocessor optimal schedules", 1973; the interval checks of Baptiste, Le Pape & Nuijten,
     "Satisfiability tests and time-bound adjustments for cumulative scheduling problems", 1999):
@@ -326,16 +326,31 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
     one op at a time, so the overlaps add up to at most m (t2 - t1). A C that fails an interval
     therefore has T > C for every valid placement and priority; the bound is such a C (or
     ``comm_path_us``, where the bisection starts). Zero-time ops overlap nothing and are left out.
-    Which intervals are checked only decides how high the bound gets, never its validity."""
+    Which intervals are checked only decides how high the bound gets, never its validity.
+
+    Then the bound is raised where communication forces two long ops onto one device, so that they
+    run one after the other (``_pair_bound_us``, ``pair_ends`` fixed ends per family in each of its
+    two branches): a C that fails whichever of the two runs first
+    fails every placement in which they share a device, and every placement shares it below a
+    threshold set by the transfers between them."""
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
     start_us, after_us = rel.head_us, rel.tail_us
     lo = float((start_us + p + after_us).max(initial=0.0))       # ``comm_path_us``
+    m = float(cluster.n_devices)
+    bound = _interval_bound_us(start_us, after_us, p, m, lo, max_ends)
+    return max(bound, _pair_bound_us(graph, rel, m, bound, pair_ends))
+
+
+def _interval_bound_us(start_us: np.ndarray, after_us: np.ndarray, p: np.ndarray, m: float, lo: float,
+                       max_ends: int) -> float:
+    """The largest C, from ``lo`` up, that some checked interval shows too small when op j runs
+    inside [start_us_j, C - after_us_j] for at least p_j (``interval_work_us``; ``lo`` must be a
+    valid bound for the same windows)."""
     timed = p > 0
     if not timed.any():
         return lo
     p = p[timed]
     r, q = start_us[timed], after_us[timed]
-    m = float(cluster.n_devices)
     # a family: its ops' windows as (x + alpha C, C beta - y) and its fixed left ends. Mirrored
     # (time -> -time) a fixed t2 is a fixed t1; reversed (time -> C - time) heads and tails swap.
     families = [(r, q, 0.0, 1.0, np.concatenate([r, r + p])), (q, r, -1.0, 0.0, -(r + p)),
@@ -371,6 +386,125 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
             else:
                 hi = mid
     return lo
+
+
+PAIR_CANDIDATES = 64     # ``_pair_bound_us`` pairs the longest ops among this many
+
+
+def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -> float:
+    """``interval_work_us`` once two long ops that must share a device run one after the other.
+
+    An edge u -> v's *through time* is head_u + p_u + its cut cost + p_v + tail_v (as in
+    ``cut_threshold_us``). Take ops a and b (p > 0) and C_ab, the largest t such that a's and b's
+    units are joined by edges of through time t or more (inf for one unit). Branch "a first":
+    head'_b = max(head_b, head_a + p_a) and tail'_a = max(tail_a, p_b + tail_b), heads raised along
+    the edges to every descendant (head'_v >= head'_u + p_u) and tails to every ancestor
+    (tail'_u >= p_v + tail'_v); B_a is the interval bound (``_interval_bound_us``) with those
+    windows, from max(lo, the largest head' + p + tail'). Likewise B_b. The bound is
+    min(C_ab, B_a, B_b), for the pair with the longest shorter op among the ``PAIR_CANDIDATES``
+    longest ops whose units are joined at ``lo``, neither of which may start only after the other's
+    earliest finish, and whose windows at ``lo`` overlap (which pair decides only how high it gets).
+
+    Proof: take a valid placement and priority of step T < C_ab. A cut edge makes T at least its
+    through time (``cut_threshold_us``' proof), so every edge of through time C_ab or more is not
+    cut and its two ends share a device; units share one too (F4): a and b run on one device, one
+    at a time, never preempted (F1). If a runs first, b starts no earlier than a's finish, at least
+    head_a + p_a, and the step ends no earlier than a's finish + p_b + tail_b; each op starts no
+    earlier than its inputs' producers finish (F2) and runs at least p (F1, F3), so the raised
+    heads and tails still bound every op's start and time to the end, and the interval argument
+    (``interval_work_us``' proof, with these windows) gives T >= B_a. Likewise T >= B_b if b runs
+    first. So T >= min(C_ab, B_a, B_b)."""
+    p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
+    head, tail = rel.head_us, rel.tail_us
+    if graph.n_edges == 0 or not (p > 0).any():
+        return lo
+    through = (head + p)[graph.edge_src] + rel.cut_us + (p + tail)[graph.edge_dst]   # inf inside a unit
+    order = np.argsort(-through, kind="stable")
+    src_unit, dst_unit = rel.unit[graph.edge_src], rel.unit[graph.edge_dst]
+    joined = _joined_units(src_unit[order], dst_unit[order], through[order], rel.allowed.shape[0], lo)
+    candidates = np.argsort(-p, kind="stable")[:PAIR_CANDIDATES]
+    candidates = candidates[p[candidates] > 0]
+    best = None
+    for i, a in enumerate(candidates):
+        for b in candidates[i + 1:]:
+            if joined[rel.unit[a]] != joined[rel.unit[b]]:
+                continue
+            if head[b] >= head[a] + p[a] or head[a] >= head[b] + p[b] or head[a] >= lo - tail[b] or head[b] >= lo - tail[a]:
+                continue        # one already waits for the other (a path, or the windows at lo): nothing to branch on
+            if best is None or min(p[a], p[b]) > best[0]:
+                best = (min(p[a], p[b]), int(a), int(b))
+    if best is None:
+        return lo
+    _, a, b = best
+    c_ab = _joining_through(src_unit[order], dst_unit[order], through[order], rel.allowed.shape[0],
+                            rel.unit[a], rel.unit[b])
+    bound = c_ab
+    for first, then in ((a, b), (b, a)):
+        raised_head, raised_tail = head.copy(), tail.copy()
+        raised_head[then] = max(head[then], head[first] + p[first])
+        raised_tail[first] = max(tail[first], p[then] + tail[then])
+        raised_head = _raise_levels(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, raised_head, p)
+        raised_tail = _raise_levels(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
+                                    raised_tail, p)
+        start = max(lo, float((raised_head + p + raised_tail).max()))
+        bound = min(bound, _interval_bound_us(raised_head, raised_tail, p, m, start, max_ends))
+        if bound <= lo:
+            return lo
+    return float(bound)
+
+
+@njit(cache=True)
+def _find(parent, u):
+    """Union-find root of ``u``, halving the path."""
+    while parent[u] != u:
+        parent[u] = parent[parent[u]]
+        u = parent[u]
+    return u
+
+
+@njit(cache=True)
+def _joined_units(src_unit, dst_unit, through, n_units, threshold):
+    """Per unit, a label shared by the units joined by edges of through time above ``threshold``
+    (edges sorted by decreasing through time)."""
+    parent = np.arange(n_units)
+    for k in range(through.shape[0]):
+        if through[k] <= threshold:
+            break
+        a, b = _find(parent, src_unit[k]), _find(parent, dst_unit[k])
+        if a != b:
+            parent[a] = b
+    label = np.empty(n_units, np.int64)
+    for u in range(n_units):
+        label[u] = _find(parent, u)
+    return label
+
+
+@njit(cache=True)
+def _joining_through(src_unit, dst_unit, through, n_units, unit_a, unit_b):
+    """The largest t such that units a and b are joined by edges of through time t or more (edges
+    sorted by decreasing through time; inf for one unit, 0 if never joined)."""
+    if unit_a == unit_b:
+        return np.inf
+    parent = np.arange(n_units)
+    for k in range(through.shape[0]):
+        a, b = _find(parent, src_unit[k]), _find(parent, dst_unit[k])
+        if a != b:
+            parent[a] = b
+            if _find(parent, unit_a) == _find(parent, unit_b):
+                return through[k]
+    return 0.0
+
+
+@njit(cache=True)
+def _raise_levels(order, adj_ptr, adj_edge, edge_other, level, time_us):
+    """Heads (predecessors, topological order) or tails (successors, reverse order) raised along
+    the edges: level_v >= level_u + p_u for each neighbour u of v."""
+    level = level.copy()
+    for v in order:
+        for k in range(adj_ptr[v], adj_ptr[v + 1]):
+            u = edge_other[adj_edge[k]]
+            level[v] = max(level[v], level[u] + time_us[u])
+    return level
 
 
 @njit(cache=True)
