@@ -328,11 +328,10 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128, pair_
     ``comm_path_us``, where the bisection starts). Zero-time ops overlap nothing and are left out.
     Which intervals are checked only decides how high the bound gets, never its validity.
 
-    Then the bound is raised where communication forces two long ops onto one device, so that they
-    run one after the other (``_pair_bound_us``, ``pair_ends`` fixed ends per family in each of its
-    two branches): a C that fails whichever of the two runs first
-    fails every placement in which they share a device, and every placement shares it below a
-    threshold set by the transfers between them."""
+    Then the bound is raised where communication would keep two long ops on one device, so that
+    they run one after the other (``_pair_bound_us``, ``pair_ends`` fixed ends per family in each
+    branch): a C that fails whichever of the two runs first, and fails each way of paying a transfer
+    on a path between them, fails every placement."""
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
     start_us, after_us = rel.head_us, rel.tail_us
     lo = float((start_us + p + after_us).max(initial=0.0))       # ``comm_path_us``
@@ -389,110 +388,103 @@ def _interval_bound_us(start_us: np.ndarray, after_us: np.ndarray, p: np.ndarray
 
 
 PAIR_CANDIDATES = 64     # ``_pair_bound_us`` pairs the longest ops among this many
+PAIR_TRIES = 8           # and looks for a link between the ends of this many of its best pairs
+LINK_EDGES = 4           # a link has at most this many edges
+LINK_VISITS = 4096       # ops a search for a link may visit
 
 
 def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -> float:
-    """``interval_work_us`` once two long ops that must share a device run one after the other.
+    """``interval_work_us`` once two long ops that communication keeps on one device run in turn.
 
-    An edge u -> v's *through time* is head_u + p_u + its cut cost + p_v + tail_v (as in
-    ``cut_threshold_us``). Take ops a and b (p > 0) and C_ab, the largest t such that a's and b's
-    units are joined by edges of through time t or more (inf for one unit). Branch "a first":
-    head'_b = max(head_b, head_a + p_a) and tail'_a = max(tail_a, p_b + tail_b), heads raised along
-    the edges to every descendant (head'_v >= head'_u + p_u) and tails to every ancestor
-    (tail'_u >= p_v + tail'_v); B_a is the interval bound (``_interval_bound_us``) with those
-    windows, from max(lo, the largest head' + p + tail'). Likewise B_b. The bound is
-    min(C_ab, B_a, B_b), for the pair with the longest shorter op among the ``PAIR_CANDIDATES``
-    longest ops whose units are joined at ``lo``, neither of which may start only after the other's
-    earliest finish, and whose windows at ``lo`` overlap (which pair decides only how high it gets).
+    Take ops a and b (p > 0) and a *link* between them: a path of edges u -> v from a to b, each
+    taken in either direction (a shared producer: a <- f -> b). Branches: "e cut", for each link
+    edge e = u -> v that may be cut (finite cut cost c_e): head'_v = max(head_v, head_u + p_u + c_e)
+    and tail'_u = max(tail_u, c_e + p_v + tail_v); "a first": head'_b = max(head_b, head_a + p_a)
+    and tail'_a = max(tail_a, p_b + tail_b); "b first" likewise. In each, heads are raised along
+    the edges to every descendant (head'_w >= head'_u + p_u for each edge u -> w) and tails to
+    every ancestor (tail'_u >= p_w + tail'_w); its bound is the interval bound
+    (``_interval_bound_us``) with those windows, from max(lo, the largest head' + p + tail'). The
+    bound is the least over the branches, for the pair with the longest shorter op among the
+    ``PAIR_CANDIDATES`` longest ops, neither of which may start only after the other's earliest
+    finish, whose windows at ``lo`` overlap, and which a link of at most ``LINK_EDGES`` edges joins,
+    its cheapest cut as dear as ``_link`` finds (which pair and link decide only how high it gets).
 
-    Proof: take a valid placement and priority of step T < C_ab. A cut edge makes T at least its
-    through time (``cut_threshold_us``' proof), so every edge of through time C_ab or more is not
-    cut and its two ends share a device; units share one too (F4): a and b run on one device, one
-    at a time, never preempted (F1). If a runs first, b starts no earlier than a's finish, at least
-    head_a + p_a, and the step ends no earlier than a's finish + p_b + tail_b; each op starts no
-    earlier than its inputs' producers finish (F2) and runs at least p (F1, F3), so the raised
-    heads and tails still bound every op's start and time to the end, and the interval argument
-    (``interval_work_us``' proof, with these windows) gives T >= B_a. Likewise T >= B_b if b runs
-    first. So T >= min(C_ab, B_a, B_b)."""
+    Proof: take a valid placement and priority. If a link edge e = u -> v is cut, v's input from u
+    arrives no earlier than u's finish plus the edge's transfer, at least head_u + p_u + c_e (F2),
+    and the step ends no earlier than that + p_v + tail_v; an edge that is never cut (c_e inf) has
+    no such branch. If no link edge is cut, every op of the link shares one device (an uncut edge's
+    ends do): a and b run there one at a time, never preempted (F1). If a runs first, b starts no
+    earlier than a's finish, at least head_a + p_a, and the step ends no earlier than a's finish +
+    p_b + tail_b. Each op starts no earlier than its producers' finishes (F2) and runs at least p
+    (F1, F3), so in each branch the raised heads and tails still bound every op's start and time to
+    the end, and the interval argument (``interval_work_us``' proof, with these windows) bounds the
+    step by that branch's bound. One branch holds in every placement: the step is at least the
+    least of them."""
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
     head, tail = rel.head_us, rel.tail_us
-    if graph.n_edges == 0 or not (p > 0).any():
-        return lo
-    through = (head + p)[graph.edge_src] + rel.cut_us + (p + tail)[graph.edge_dst]   # inf inside a unit
-    order = np.argsort(-through, kind="stable")
-    src_unit, dst_unit = rel.unit[graph.edge_src], rel.unit[graph.edge_dst]
-    joined = _joined_units(src_unit[order], dst_unit[order], through[order], rel.allowed.shape[0], lo)
     candidates = np.argsort(-p, kind="stable")[:PAIR_CANDIDATES]
     candidates = candidates[p[candidates] > 0]
-    best = None
+    pairs = []
     for i, a in enumerate(candidates):
         for b in candidates[i + 1:]:
-            if joined[rel.unit[a]] != joined[rel.unit[b]]:
-                continue
             if head[b] >= head[a] + p[a] or head[a] >= head[b] + p[b] or head[a] >= lo - tail[b] or head[b] >= lo - tail[a]:
                 continue        # one already waits for the other (a path, or the windows at lo): nothing to branch on
-            if best is None or min(p[a], p[b]) > best[0]:
-                best = (min(p[a], p[b]), int(a), int(b))
-    if best is None:
+            pairs.append((-min(p[a], p[b]), int(a), int(b)))
+    for _, a, b in sorted(pairs)[:PAIR_TRIES]:
+        link = _link(graph, rel, a, b)
+        if link is not None:
+            break
+    else:
         return lo
-    _, a, b = best
-    c_ab = _joining_through(src_unit[order], dst_unit[order], through[order], rel.allowed.shape[0],
-                            rel.unit[a], rel.unit[b])
-    bound = c_ab
-    for first, then in ((a, b), (b, a)):
+    branches = [(a, b, 0.0), (b, a, 0.0)] + [(int(graph.edge_src[e]), int(graph.edge_dst[e]), float(rel.cut_us[e]))
+                                             for e in link if np.isfinite(rel.cut_us[e])]
+    bound = np.inf
+    for before, after, gap_us in branches:       # ``after`` starts >= ``before``'s finish + gap_us
         raised_head, raised_tail = head.copy(), tail.copy()
-        raised_head[then] = max(head[then], head[first] + p[first])
-        raised_tail[first] = max(tail[first], p[then] + tail[then])
+        raised_head[after] = max(head[after], head[before] + p[before] + gap_us)
+        raised_tail[before] = max(tail[before], gap_us + p[after] + tail[after])
         raised_head = _raise_levels(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, raised_head, p)
         raised_tail = _raise_levels(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
                                     raised_tail, p)
         start = max(lo, float((raised_head + p + raised_tail).max()))
-        bound = min(bound, _interval_bound_us(raised_head, raised_tail, p, m, start, max_ends))
+        if start < bound:       # a branch only counts if it can be the least
+            bound = min(bound, _interval_bound_us(raised_head, raised_tail, p, m, start, max_ends))
         if bound <= lo:
             return lo
     return float(bound)
 
 
-@njit(cache=True)
-def _find(parent, u):
-    """Union-find root of ``u``, halving the path."""
-    while parent[u] != u:
-        parent[u] = parent[parent[u]]
-        u = parent[u]
-    return u
-
-
-@njit(cache=True)
-def _joined_units(src_unit, dst_unit, through, n_units, threshold):
-    """Per unit, a label shared by the units joined by edges of through time above ``threshold``
-    (edges sorted by decreasing through time)."""
-    parent = np.arange(n_units)
-    for k in range(through.shape[0]):
-        if through[k] <= threshold:
-            break
-        a, b = _find(parent, src_unit[k]), _find(parent, dst_unit[k])
-        if a != b:
-            parent[a] = b
-    label = np.empty(n_units, np.int64)
-    for u in range(n_units):
-        label[u] = _find(parent, u)
-    return label
-
-
-@njit(cache=True)
-def _joining_through(src_unit, dst_unit, through, n_units, unit_a, unit_b):
-    """The largest t such that units a and b are joined by edges of through time t or more (edges
-    sorted by decreasing through time; inf for one unit, 0 if never joined)."""
-    if unit_a == unit_b:
-        return np.inf
-    parent = np.arange(n_units)
-    for k in range(through.shape[0]):
-        a, b = _find(parent, src_unit[k]), _find(parent, dst_unit[k])
-        if a != b:
-            parent[a] = b
-            if _find(parent, unit_a) == _find(parent, unit_b):
-                return through[k]
-    return 0.0
+def _link(graph, rel: Relaxation, a: int, b: int):
+    """The edges of a path from a to b, each edge taken in either direction, of at most
+    ``LINK_EDGES`` edges, whose cheapest cut is as dear as it can be among the cut costs of a's and
+    b's own edges (breadth first over the edges that cost at least that, at most ``LINK_VISITS``
+    ops each); None if none is found."""
+    own = np.concatenate([graph.succ_edge[graph.succ_ptr[v]:graph.succ_ptr[v + 1]] for v in (a, b)]
+                         + [graph.pred_edge[graph.pred_ptr[v]:graph.pred_ptr[v + 1]] for v in (a, b)])
+    for least_us in np.unique(rel.cut_us[own])[::-1].tolist():
+        via = {a: -1}
+        frontier = [a]
+        for _ in range(LINK_EDGES):
+            following = []
+            for u in frontier:
+                edges = np.concatenate([graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]],
+                                        graph.pred_edge[graph.pred_ptr[u]:graph.pred_ptr[u + 1]]])
+                for e in edges[rel.cut_us[edges] >= least_us].tolist():
+                    w = int(graph.edge_dst[e]) if int(graph.edge_src[e]) == u else int(graph.edge_src[e])
+                    if w in via:
+                        continue
+                    via[w] = e
+                    if w == b:
+                        path, v = [], b
+                        while v != a:
+                            path.append(via[v])
+                            v = int(graph.edge_src[via[v]]) if int(graph.edge_dst[via[v]]) == v else int(graph.edge_dst[via[v]])
+                        return path[::-1]
+                    following.append(w)
+                if len(via) > LINK_VISITS:
+                    break
+            frontier = following
+    return None
 
 
 @njit(cache=True)

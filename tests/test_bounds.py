@@ -618,11 +618,11 @@ def test_side_branches_that_overlap_on_a_path_that_fits_one_device_all_run_on_it
 
 
 def shared_input_instance(seed: int, n_devices: int = 2):
-    """Two long ops a and b reading one source's output over edges that cost far more to cut than
-    the step takes (so they share its device), a tail after a, a short op after b or none, and an
-    independent op about as long as a and its tail beside them (sometimes a second, short one), on
-    identical devices with cheap links otherwise: which of a and b runs first decides what the
-    rest must fit in."""
+    """Two long ops a and b reading one source's output over edges of 10, 30 or 500 us (often dearer
+    than the slack they would use), a tail after a, a short op after b or none, and an independent
+    op about as long as a and its tail beside them (sometimes a second, short one), on identical
+    devices with cheap links otherwise: which of a and b runs first, or which edge pays, decides
+    what the rest must fit in."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder(["gpu"])
     times = {"s": rng.integers(0, 4), "a": rng.integers(10, 26), "b": rng.integers(10, 26), "t": rng.integers(5, 21)}
@@ -634,7 +634,7 @@ def shared_input_instance(seed: int, n_devices: int = 2):
     for name, us in times.items():
         b.add_op(name, compute_us=float(us))
     for src, dst in (("s", "a"), ("s", "b")):
-        b.add_edge(src, dst, bytes=0.0, fixed_us=500.0)
+        b.add_edge(src, dst, bytes=0.0, fixed_us=float(rng.choice([10.0, 30.0, 500.0])))
     for src, dst in (("a", "t"), ("b", "e")) + ((("s", "x"),) if rng.random() < 0.3 else ()):
         if dst in times:
             b.add_edge(src, dst, bytes=float(rng.choice([0.0, 1e3])))
@@ -656,7 +656,7 @@ def test_two_long_ops_that_must_share_a_device_run_in_turn_and_raise_the_interva
             patch.setattr(module, "_pair_bound_us", lambda graph, rel, m, lo, max_ends: lo)
             before = lower_bounds(graph, cluster)["best_us"]
         raised += bounds["best_us"] > before * (1 + 1e-9)
-    assert raised >= 10, raised     # not vacuous: 16 of the 30 when written
+    assert raised >= 10, raised     # not vacuous: 11 of the 30 when written
 
 
 def test_a_pair_that_shares_a_device_runs_in_turn(monkeypatch):
