@@ -427,8 +427,9 @@ def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -
     pairs = []
     for i, a in enumerate(candidates):
         for b in candidates[i + 1:]:
-            if head[b] >= head[a] + p[a] or head[a] >= head[b] + p[b] or head[a] >= lo - tail[b] or head[b] >= lo - tail[a]:
-                continue        # one already waits for the other (a path, or the windows at lo): nothing to branch on
+            waits = head[b] >= head[a] + p[a] or head[a] >= head[b] + p[b]     # a path between them, say
+            if waits or head[a] >= lo - tail[b] or head[b] >= lo - tail[a]:       # or the windows at lo
+                continue        # one already waits for the other: nothing to branch on
             pairs.append((-min(p[a], p[b]), int(a), int(b)))
     for _, a, b in sorted(pairs)[:PAIR_TRIES]:
         link = _link(graph, rel, a, b)
@@ -457,40 +458,49 @@ def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -
 def _link(graph, rel: Relaxation, a: int, b: int):
     """The edges of a path from a to b, each edge taken in either direction, of at most
     ``LINK_EDGES`` edges, whose cheapest cut is as dear as it can be among the cut costs of a's and
-    b's own edges (breadth first over the edges that cost at least that, at most ``LINK_VISITS``
-    ops each); None if none is found."""
+    b's own edges (``_link_at`` each, dearest first); None if none is found."""
     own = np.concatenate([graph.succ_edge[graph.succ_ptr[v]:graph.succ_ptr[v + 1]] for v in (a, b)]
                          + [graph.pred_edge[graph.pred_ptr[v]:graph.pred_ptr[v + 1]] for v in (a, b)])
     for least_us in np.unique(rel.cut_us[own])[::-1].tolist():
-        via = {a: -1}
-        frontier = [a]
-        for _ in range(LINK_EDGES):
-            following = []
-            for u in frontier:
-                edges = np.concatenate([graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]],
-                                        graph.pred_edge[graph.pred_ptr[u]:graph.pred_ptr[u + 1]]])
-                for e in edges[rel.cut_us[edges] >= least_us].tolist():
-                    w = int(graph.edge_dst[e]) if int(graph.edge_src[e]) == u else int(graph.edge_src[e])
-                    if w in via:
-                        continue
-                    via[w] = e
-                    if w == b:
-                        path, v = [], b
-                        while v != a:
-                            path.append(via[v])
-                            v = int(graph.edge_src[via[v]]) if int(graph.edge_dst[via[v]]) == v else int(graph.edge_dst[via[v]])
-                        return path[::-1]
-                    following.append(w)
+        path = _link_at(graph, rel, a, b, least_us)
+        if path is not None:
+            return path
+    return None
+
+
+def _link_at(graph, rel: Relaxation, a: int, b: int, least_us: float):
+    """``_link`` over the edges whose cut costs at least ``least_us``: the edges of a fewest-edge
+    path from a to b, None if none has at most ``LINK_EDGES`` edges or the search visits more than
+    ``LINK_VISITS`` ops."""
+    via = {a: -1}
+    frontier = [a]
+    for _ in range(LINK_EDGES):
+        following = []
+        for u in frontier:
+            edges = np.concatenate([graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]],
+                                    graph.pred_edge[graph.pred_ptr[u]:graph.pred_ptr[u + 1]]])
+            for e in edges[rel.cut_us[edges] >= least_us].tolist():
+                w = int(graph.edge_dst[e]) if int(graph.edge_src[e]) == u else int(graph.edge_src[e])
+                if w in via:
+                    continue
+                via[w] = e
+                if w == b:
+                    path, v = [], b
+                    while v != a:
+                        path.append(via[v])
+                        v = int(graph.edge_src[via[v]]) if int(graph.edge_dst[via[v]]) == v else int(graph.edge_dst[via[v]])
+                    return path[::-1]
                 if len(via) > LINK_VISITS:
-                    break
-            frontier = following
+                    return None
+                following.append(w)
+        frontier = following
     return None
 
 
 @njit(cache=True)
 def _raise_levels(order, adj_ptr, adj_edge, edge_other, level, time_us):
     """Heads (predecessors, topological order) or tails (successors, reverse order) raised along
-    the edges: level_v >= level_u + p_u for each neighbour u of v."""
+    the edges: level_v >= level_u + time_us_u for each neighbour u of v."""
     level = level.copy()
     for v in order:
         for k in range(adj_ptr[v], adj_ptr[v + 1]):
