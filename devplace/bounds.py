@@ -289,7 +289,7 @@ def largest_group_us(rel: Relaxation) -> float:
     return float(np.where(rel.allowed, load, np.inf).min(axis=1).max(initial=0.0))
 
 
-def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> float:
+def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128, pair_ends: int = 16) -> float:
     """Energetic reasoning (Fernandez & Bussell, "Bounds on the number of processors and time for
     multiprocessor optimal schedules", 1973; the interval checks of Baptiste, Le Pape & Nuijten,
     "Satisfiability tests and time-bound adjustments for cumulative scheduling problems", 1999):
@@ -326,16 +326,30 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
     one op at a time, so the overlaps add up to at most m (t2 - t1). A C that fails an interval
     therefore has T > C for every valid placement and priority; the bound is such a C (or
     ``comm_path_us``, where the bisection starts). Zero-time ops overlap nothing and are left out.
-    Which intervals are checked only decides how high the bound gets, never its validity."""
+    Which intervals are checked only decides how high the bound gets, never its validity.
+
+    Then the bound is raised where communication would keep two long ops on one device, so that
+    they run one after the other (``_pair_bound_us``, ``pair_ends`` fixed ends per family in each
+    branch): a C that fails whichever of the two runs first, and fails each way of paying a transfer
+    on a path between them, fails every placement."""
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
     start_us, after_us = rel.head_us, rel.tail_us
     lo = float((start_us + p + after_us).max(initial=0.0))       # ``comm_path_us``
+    m = float(cluster.n_devices)
+    bound = _interval_bound_us(start_us, after_us, p, m, lo, max_ends)
+    return max(bound, _pair_bound_us(graph, rel, m, bound, pair_ends))
+
+
+def _interval_bound_us(start_us: np.ndarray, after_us: np.ndarray, p: np.ndarray, m: float, lo: float,
+                       max_ends: int) -> float:
+    """The largest C, from ``lo`` up, that some checked interval shows too small when op j runs
+    inside [start_us_j, C - after_us_j] for at least p_j (``interval_work_us``; ``lo`` must be a
+    valid bound for the same windows)."""
     timed = p > 0
     if not timed.any():
         return lo
     p = p[timed]
     r, q = start_us[timed], after_us[timed]
-    m = float(cluster.n_devices)
     # a family: its ops' windows as (x + alpha C, C beta - y) and its fixed left ends. Mirrored
     # (time -> -time) a fixed t2 is a fixed t1; reversed (time -> C - time) heads and tails swap.
     families = [(r, q, 0.0, 1.0, np.concatenate([r, r + p])), (q, r, -1.0, 0.0, -(r + p)),
@@ -371,6 +385,128 @@ def interval_work_us(graph, cluster, rel: Relaxation, max_ends: int = 128) -> fl
             else:
                 hi = mid
     return lo
+
+
+PAIR_CANDIDATES = 64     # ``_pair_bound_us`` pairs the longest ops among this many
+PAIR_TRIES = 8           # and looks for a link between the ends of this many of its best pairs
+LINK_EDGES = 4           # a link has at most this many edges
+LINK_VISITS = 4096       # ops a search for a link may visit
+
+
+def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -> float:
+    """``interval_work_us`` once two long ops that communication keeps on one device run in turn.
+
+    Take ops a and b (p > 0) and a *link* between them: a path of edges u -> v from a to b, each
+    taken in either direction (a shared producer: a <- f -> b). Branches: "e cut", for each link
+    edge e = u -> v that may be cut (finite cut cost c_e): head'_v = max(head_v, head_u + p_u + c_e)
+    and tail'_u = max(tail_u, c_e + p_v + tail_v); "a first": head'_b = max(head_b, head_a + p_a)
+    and tail'_a = max(tail_a, p_b + tail_b); "b first" likewise. In each, heads are raised along
+    the edges to every descendant (head'_w >= head'_u + p_u for each edge u -> w) and tails to
+    every ancestor (tail'_u >= p_w + tail'_w); its bound is the interval bound
+    (``_interval_bound_us``) with those windows, from max(lo, the largest head' + p + tail'). The
+    bound is the least over the branches, for the pair with the longest shorter op among the
+    ``PAIR_CANDIDATES`` longest ops, neither of which may start only after the other's earliest
+    finish, whose windows at ``lo`` overlap, and which a link of at most ``LINK_EDGES`` edges joins,
+    its cheapest cut as dear as ``_link`` finds (which pair and link decide only how high it gets).
+
+    Proof: take a valid placement and priority. If a link edge e = u -> v is cut, v's input from u
+    arrives no earlier than u's finish plus the edge's transfer, at least head_u + p_u + c_e (F2),
+    and the step ends no earlier than that + p_v + tail_v; an edge that is never cut (c_e inf) has
+    no such branch. If no link edge is cut, every op of the link shares one device (an uncut edge's
+    ends do): a and b run there one at a time, never preempted (F1). If a runs first, b starts no
+    earlier than a's finish, at least head_a + p_a, and the step ends no earlier than a's finish +
+    p_b + tail_b. Each op starts no earlier than its producers' finishes (F2) and runs at least p
+    (F1, F3), so in each branch the raised heads and tails still bound every op's start and time to
+    the end, and the interval argument (``interval_work_us``' proof, with these windows) bounds the
+    step by that branch's bound. One branch holds in every placement: the step is at least the
+    least of them."""
+    p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
+    head, tail = rel.head_us, rel.tail_us
+    candidates = np.argsort(-p, kind="stable")[:PAIR_CANDIDATES]
+    candidates = candidates[p[candidates] > 0]
+    pairs = []
+    for i, a in enumerate(candidates):
+        for b in candidates[i + 1:]:
+            waits = head[b] >= head[a] + p[a] or head[a] >= head[b] + p[b]     # a path between them, say
+            if waits or head[a] >= lo - tail[b] or head[b] >= lo - tail[a]:       # or the windows at lo
+                continue        # one already waits for the other: nothing to branch on
+            pairs.append((-min(p[a], p[b]), int(a), int(b)))
+    for _, a, b in sorted(pairs)[:PAIR_TRIES]:
+        link = _link(graph, rel, a, b)
+        if link is not None:
+            break
+    else:
+        return lo
+    branches = [(a, b, 0.0), (b, a, 0.0)] + [(int(graph.edge_src[e]), int(graph.edge_dst[e]), float(rel.cut_us[e]))
+                                             for e in link if np.isfinite(rel.cut_us[e])]
+    bound = np.inf
+    for before, after, gap_us in branches:       # ``after`` starts >= ``before``'s finish + gap_us
+        raised_head, raised_tail = head.copy(), tail.copy()
+        raised_head[after] = max(head[after], head[before] + p[before] + gap_us)
+        raised_tail[before] = max(tail[before], gap_us + p[after] + tail[after])
+        raised_head = _raise_levels(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, raised_head, p)
+        raised_tail = _raise_levels(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
+                                    raised_tail, p)
+        start = max(lo, float((raised_head + p + raised_tail).max()))
+        if start < bound:       # a branch only counts if it can be the least
+            bound = min(bound, _interval_bound_us(raised_head, raised_tail, p, m, start, max_ends))
+        if bound <= lo:
+            return lo
+    return float(bound)
+
+
+def _link(graph, rel: Relaxation, a: int, b: int):
+    """The edges of a path from a to b, each edge taken in either direction, of at most
+    ``LINK_EDGES`` edges, whose cheapest cut is as dear as it can be among the cut costs of a's and
+    b's own edges (``_link_at`` each, dearest first); None if none is found."""
+    own = np.concatenate([graph.succ_edge[graph.succ_ptr[v]:graph.succ_ptr[v + 1]] for v in (a, b)]
+                         + [graph.pred_edge[graph.pred_ptr[v]:graph.pred_ptr[v + 1]] for v in (a, b)])
+    for least_us in np.unique(rel.cut_us[own])[::-1].tolist():
+        path = _link_at(graph, rel, a, b, least_us)
+        if path is not None:
+            return path
+    return None
+
+
+def _link_at(graph, rel: Relaxation, a: int, b: int, least_us: float):
+    """``_link`` over the edges whose cut costs at least ``least_us``: the edges of a fewest-edge
+    path from a to b, None if none has at most ``LINK_EDGES`` edges or the search visits more than
+    ``LINK_VISITS`` ops."""
+    via = {a: -1}
+    frontier = [a]
+    for _ in range(LINK_EDGES):
+        following = []
+        for u in frontier:
+            edges = np.concatenate([graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]],
+                                    graph.pred_edge[graph.pred_ptr[u]:graph.pred_ptr[u + 1]]])
+            for e in edges[rel.cut_us[edges] >= least_us].tolist():
+                w = int(graph.edge_dst[e]) if int(graph.edge_src[e]) == u else int(graph.edge_src[e])
+                if w in via:
+                    continue
+                via[w] = e
+                if w == b:
+                    path, v = [], b
+                    while v != a:
+                        path.append(via[v])
+                        v = int(graph.edge_src[via[v]]) if int(graph.edge_dst[via[v]]) == v else int(graph.edge_dst[via[v]])
+                    return path[::-1]
+                if len(via) > LINK_VISITS:
+                    return None
+                following.append(w)
+        frontier = following
+    return None
+
+
+@njit(cache=True)
+def _raise_levels(order, adj_ptr, adj_edge, edge_other, level, time_us):
+    """Heads (predecessors, topological order) or tails (successors, reverse order) raised along
+    the edges: level_v >= level_u + time_us_u for each neighbour u of v."""
+    level = level.copy()
+    for v in order:
+        for k in range(adj_ptr[v], adj_ptr[v + 1]):
+            u = edge_other[adj_edge[k]]
+            level[v] = max(level[v], level[u] + time_us[u])
+    return level
 
 
 @njit(cache=True)

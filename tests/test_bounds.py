@@ -615,3 +615,67 @@ def test_side_branches_that_overlap_on_a_path_that_fits_one_device_all_run_on_it
         b.add_edge(u, v, fixed_us=40.0)
     graph, cluster = b.build(), uniform_cluster(2, memory_bytes=10 * MIB, comm_model="parallel")
     assert_spans_reach_the_optimum(monkeypatch, graph, cluster, 50.0, 30.0)
+
+
+def shared_input_instance(seed: int, n_devices: int = 2):
+    """Two long ops a and b reading one source's output over edges of 10, 30 or 500 us (often dearer
+    than the slack they would use), a tail after a, a short op after b or none, and an independent
+    op about as long as a and its tail beside them (sometimes a second, short one), on identical
+    devices with cheap links otherwise: which of a and b runs first, or which edge pays, decides
+    what the rest must fit in."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    times = {"s": rng.integers(0, 4), "a": rng.integers(10, 26), "b": rng.integers(10, 26), "t": rng.integers(5, 21)}
+    times["x"] = times["a"] + times["t"] + rng.integers(-6, 7)
+    if rng.random() < 0.5:
+        times["e"] = rng.integers(1, 6)
+    if rng.random() < 0.5:
+        times["y"] = rng.integers(1, 8)
+    for name, us in times.items():
+        b.add_op(name, compute_us=float(us))
+    for src, dst in (("s", "a"), ("s", "b")):
+        b.add_edge(src, dst, bytes=0.0, fixed_us=float(rng.choice([10.0, 30.0, 500.0])))
+    for src, dst in (("a", "t"), ("b", "e")) + ((("s", "x"),) if rng.random() < 0.3 else ()):
+        if dst in times:
+            b.add_edge(src, dst, bytes=float(rng.choice([0.0, 1e3])))
+    return b.build(), identical_cluster(rng, n_devices, 2**30, max_latency_us=3, bandwidth=1e3, op_gap_us=1.0)
+
+
+def test_two_long_ops_that_must_share_a_device_run_in_turn_and_raise_the_interval_bound(monkeypatch):
+    """Never above the brute-force optimum; above every bound without the pair step on many."""
+    from devplace import bounds as module
+
+    raised = 0
+    for seed in range(30):
+        graph, cluster = shared_input_instance(seed)
+        optimum = brute_force(graph, cluster, n_orders=6, seed=seed)
+        bounds = lower_bounds(graph, cluster)
+        for name in BOUND_NAMES:
+            assert bounds[name] <= optimum * (1 + 1e-9) + 1e-9, (seed, name, bounds, optimum)
+        with monkeypatch.context() as patch:
+            patch.setattr(module, "_pair_bound_us", lambda graph, rel, m, lo, max_ends: lo)
+            before = lower_bounds(graph, cluster)["best_us"]
+        raised += bounds["best_us"] > before * (1 + 1e-9)
+    assert raised >= 10, raised     # not vacuous: 11 of the 30 when written
+
+
+def test_a_pair_that_shares_a_device_runs_in_turn(monkeypatch):
+    """s (0 us) feeds a and b (20 us each) over edges of 500 us, so a and b share s's device; a
+    feeds t (20 us), and x (40 us) stands apart; two devices. Critical path 40, work / devices 50,
+    and the interval bound without the pair step 50: the windows let a, b, t and x spread evenly.
+    With a first, b runs no earlier than 20 and, beside a's device, x's 40 and t's 20 leave no room:
+    60; with b first, a starts at 20 and t at 40: 60. The brute-force optimum is 60."""
+    from devplace import bounds as module
+
+    b = GraphBuilder(["gpu"])
+    for name, us in (("s", 0.0), ("a", 20.0), ("b", 20.0), ("t", 20.0), ("x", 40.0)):
+        b.add_op(name, compute_us=us)
+    b.add_edge("s", "a", bytes=0.0, fixed_us=500.0)
+    b.add_edge("s", "b", bytes=0.0, fixed_us=500.0)
+    b.add_edge("a", "t", bytes=1e3)
+    graph, cluster = b.build(), uniform_cluster(2)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["best"] == "interval_work_us" and bounds["interval_work_us"] == pytest.approx(60.0, rel=1e-6)
+    assert bounds["interval_work_us"] <= 60.0 == brute_force(graph, cluster, n_orders=6)
+    monkeypatch.setattr(module, "_pair_bound_us", lambda graph, rel, m, lo, max_ends: lo)
+    assert lower_bounds(graph, cluster)["interval_work_us"] == pytest.approx(50.0, rel=1e-6)
