@@ -1,8 +1,8 @@
 """sim-search's layer descent (issue 15, point 3): step times before and after, default budget.
 
 Each zoo model (roofline costs for ``baechi-4x2080``, as ``reproduce_papers.py`` captures them) is
-placed by sim-search (seed 0, default options) with each RTX 2080 at 30% of its memory and with its
-whole memory; the row records the step time, what found it, the evals, rounds, wall-clock seconds
+placed by sim-search (``--seed``, 0 by default; default options) with each RTX 2080 at 30% of its memory and with its
+whole memory (``--memories``: also 60%); the row records the step time, what found it, the evals, rounds, wall-clock seconds
 and the load average. Run it once with the code before a change (``PYTHONPATH`` at that tree) and
 once after, under two labels:
 
@@ -12,7 +12,11 @@ once after, under two labels:
 With ``--bundled`` it places the four bundled dnn-partitioning graphs instead (each file's own devices and
 memory), whose layers do not interleave, so before and after must give the same step times and evals.
 
-Writes ``benchmarks/results/layer_descent.json`` (runs keyed by label, then model and memory).
+Writes ``benchmarks/results/layer_descent.json`` (``--out``: another file there; runs keyed by label,
+then model and memory). Issue 15 point 4 (more memory never slower) uses it so:
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/layer_descent.py --label before --out sim_search_memory_zoo.json \
+        --models inception_v3,transformer,rnnlm,nasnet,resnet50,gnmt --memories 30%,60%,ample [--seed 1]
 """
 
 from __future__ import annotations
@@ -31,17 +35,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 
 MEMORY_FRACTION = 0.3
+MEMORIES = {"30%": MEMORY_FRACTION, "60%": 0.6, "ample": 1.0}   # each RTX 2080's share of its 8 GiB
 BUNDLED = ("bert_l-3_training", "gnmt_layers_training", "resnet50_inference", "bert_l-3_inference")
 
 
-def run(name: str) -> dict:
+def run(name: str, memories: list[str], seed: int) -> dict:
     graph = cached_graph(f"zoo:{name}")
     machine = dp.load_cluster(PRESET)
     rows = {}
-    for memory, cluster in (("30%", machine.with_memory_fraction(MEMORY_FRACTION)), ("ample", machine)):
+    for memory in memories:
+        cluster = machine.with_memory_fraction(MEMORIES[memory])
         load_before = os.getloadavg()[0]
         began = time.perf_counter()
-        placement = dp.place(graph, cluster, algo="sim-search", seed=0)
+        placement = dp.place(graph, cluster, algo="sim-search", seed=seed)
         seconds = time.perf_counter() - began
         options = placement.options
         rows[memory] = {"step_ms": options["step_us"] / 1e3, "found_by": options["found_by"],
@@ -69,15 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--label", required=True)
     parser.add_argument("--models", default="gnmt", help="comma-separated zoo names")
+    parser.add_argument("--memories", default="30%,ample", help=f"comma-separated, of {', '.join(MEMORIES)}")
     parser.add_argument("--bundled", action="store_true", help="the four bundled graphs instead of --models")
+    parser.add_argument("--out", default="layer_descent.json", help="file name under benchmarks/results")
+    parser.add_argument("--seed", type=int, default=0, help="sim-search's seed for the zoo models")
     args = parser.parse_args(argv)
-    path = RESULTS / "layer_descent.json"
+    path = RESULTS / args.out
+    memories = [m.strip() for m in args.memories.split(",") if m.strip()]
+    if not set(memories) <= set(MEMORIES):
+        parser.error(f"--memories {args.memories!r}: each must be one of {', '.join(MEMORIES)}")
     names = BUNDLED if args.bundled else [n.strip() for n in args.models.split(",") if n.strip()]
     for name in names:
-        row = (run_bundled(name) if args.bundled else run(name)) | {
+        row = (run_bundled(name) if args.bundled else run(name, memories, args.seed)) | {
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         runs = json.loads(path.read_text()) if path.exists() else {}
-        runs.setdefault(args.label, {})[name] = row
+        runs.setdefault(args.label, {}).setdefault(name, {}).update(row)
         write_text_atomic(path, json.dumps(runs, indent=1) + "\n")
     return 0
 

@@ -10,7 +10,8 @@ So this placer
    order, the topological order, the upward-rank order and updates first; then *pipeline starts*,
    whatever the memory: forward stages balanced by bytes (weights with the layer that first reads
    them), and the step cut into 2..n stages (each layer with its backward ops) where the least
-   transfer time crosses, each stage's estimated peak within its device;
+   transfer time crosses, each stage's estimated peak within its device, and also within a few
+   multiples of the least any cut allows (the same cuts whatever the memory);
 2. improves it by simulated annealing over *units* that move whole: colocation groups (or lone
    ops) and Baechi's co-placement groups (``devplace.transforms``), so no move can split a
    colocation group. Moves: put a unit on another device; swap two units; put a contiguous run of
@@ -39,8 +40,11 @@ on the nominal model (no perturbation changes a byte); ``options['step_us']`` is
 Stopping: the budget adapts to how far the best can still be from optimal, judged against the
 certified lower bound of ``devplace.bounds`` (``options['lower_bound_us']``, ``options['gap']`` =
 best / bound - 1). The annealing runs in rounds of ``max_evals`` simulator calls at the starting
-temperature: the first, third, ... from the best so far, the second, fourth, ... from the fastest
-start (seed or pipeline) not yet tried whose placement differs from the best, so a wide gap also
+temperature: the first, third, ... from the best so far, the second from the fastest balanced
+cheapest-cut start (planned with bytes that do not depend on the memory, so every memory that
+fits it anneals it: which basin gets annealed then depends less on which starts the memory
+excludes), unless the first began there, and the fourth, sixth, ... (and else the second) from the
+fastest start (seed or pipeline) not yet tried whose placement differs from the best, so a wide gap also
 buys exploring other basins; after a round it goes on only while the gap is above
 ``target_gap`` and fewer than ``max_rounds`` rounds ran (on a small graph, up to four times as
 many while the simulator calls times the ops stay under ``small_graph_op_evals``: there a round
@@ -102,6 +106,10 @@ GIB = 2**30
 # a cheapest-cut plan counts a stage's held bytes, gradients and received copies at once, which
 # overstates its simulated peak (ResNet-50 at 30%: by 0.1-0.3 GiB), so plans up to this x capacity are tried
 CHEAP_CUT_SLACK = 1.5
+# balanced cheapest cuts are planned at these multiples of the least bytes a stage may hold
+# (bisected that many times): placements that do not depend on the devices' memory
+BALANCED_CUT_PLANS = (1.0, 1.125, 1.25, 1.5)
+BALANCED_CUT_BISECTIONS = 24
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,7 @@ class _Search:
         self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
         self.pipeline_cuts = 0          # pipeline starts judged, fitting or not
         self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
+        self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
         self.repair_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
@@ -518,9 +527,7 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
             if path is None:        # the estimate allows no cut: plan with more bytes
                 low, planned = planned, (planned + high) / 2
                 continue
-            stage = np.zeros(n, np.int64)
-            for k, (lo, hi) in enumerate(zip(path[:-1], path[1:])):
-                stage[cuts[lo]:cuts[hi]] = k
+            stage = _stages_of(path, cuts, n)
             devices = respect_colocation(search.fine, device_order[stage][position])
             for name, priority in search.pipeline_orders():
                 overflow, _, _ = search.consider(devices, priority, f"{how} (cut {attempt + 1}, {name})")
@@ -534,6 +541,55 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
             planned = (low + high) / 2
         if least is not None and least[0] > 0:
             _shift_stages(search, units, least[1], np.maximum(unit_bytes, 1.0), device_order, how)
+        plan = (held, top, forward[cuts], back[cuts], crossing[cuts], stages)
+        _balanced_cuts(search, plan, lambda path: respect_colocation(
+            search.fine, device_order[_stages_of(path, cuts, n)][position]), capacity)
+
+
+def _stages_of(path: list[int], cuts: np.ndarray, n: int) -> np.ndarray:
+    """Each of the ``n`` units' stage, for the candidate boundaries ``path`` picks from ``cuts``."""
+    stage = np.zeros(n, np.int64)
+    for k, (lo, hi) in enumerate(zip(path[:-1], path[1:])):
+        stage[cuts[lo]:cuts[hi]] = k
+    return stage
+
+
+def _balanced_cuts(search: _Search, plan: tuple, devices_of, capacity: float) -> None:
+    """Cheapest cuts planned with bytes that do not depend on the devices' memory: the least a
+    stage may hold for any cut to exist (bisected on the plan's estimate) times each of
+    ``BALANCED_CUT_PLANS``, judged while that is at most ``CHEAP_CUT_SLACK`` x the memory and kept
+    if they fit. A cut planned for the memory moves with it (Inception-V3 at 30% of 8 GiB cuts
+    the step into a 2-stage pipeline of 264.4 ms, which anneals to 240.4; with the whole 8 GiB it
+    cuts off the last units, as fast as one GPU, whose basin ended at 246.9), so these give every
+    memory that fits them the same starts, and the second round starts from the fastest (there:
+    240.5 with the whole 8 GiB)."""
+    *arrays, stages = plan
+    high = float(arrays[1].max() + arrays[2].max() + arrays[3].max())
+    if _least_crossing_stages(*arrays, stages, high) is None:
+        return      # fewer candidate boundaries than stages
+    low = 0.0
+    for _ in range(BALANCED_CUT_BISECTIONS):
+        middle = (low + high) / 2
+        if _least_crossing_stages(*arrays, stages, middle) is None:
+            low = middle
+        else:
+            high = middle
+    seen = set()
+    for factor in BALANCED_CUT_PLANS:
+        planned = high * factor
+        if planned > capacity * CHEAP_CUT_SLACK:
+            break
+        path = _least_crossing_stages(*arrays, stages, planned)
+        if tuple(path) in seen:
+            continue
+        seen.add(tuple(path))
+        devices = devices_of(path)
+        search.balanced_cuts += 1
+        for name, priority in search.pipeline_orders():
+            overflow, step, _ = search.measure(devices, priority)
+            if overflow == 0:
+                search.offer(step, devices, priority,
+                             f"balanced cheapest-cut pipeline of {stages} stages ({factor:g} x least bytes, {name})")
 
 
 def _crossing(graph, position: np.ndarray, edge_cost: np.ndarray, n_positions: int) -> np.ndarray:
@@ -966,6 +1022,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         return "evals", 0      # nothing to move, or nothing beats a zero step time
     starts = sorted(search.fitting, key=lambda start: start[0])
     search.fitting = None
+    first = search.best
     rounds = 0
     while rounds < config.max_rounds or (
             rounds < 4 * config.max_rounds
@@ -978,7 +1035,11 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
                               f"{100 * (search.best[0] / bound_us - 1):.1f}%)", total=config.max_evals)
         search.phase_began = search.evals
         try:
-            stopped_by = _anneal(search, search.best if rounds % 2 == 0 else _next_start(starts, search.best))
+            if rounds % 2 == 0:
+                start = search.best
+            else:
+                start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
+            stopped_by = _anneal(search, start)
             search.report()
         finally:
             search.reporter.end()
@@ -986,6 +1047,15 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         if stopped_by != "evals":
             return stopped_by, rounds
     return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
+
+
+def _balanced_start(starts: list[tuple], first: tuple) -> tuple | None:
+    """The fastest balanced cheapest-cut start (taken off the list) unless the first round began
+    from its placement: a second round whose start does not depend on the memory."""
+    for k, start in enumerate(starts):
+        if start[3].startswith("balanced "):
+            return None if np.array_equal(start[1], first[1]) else starts.pop(k)
+    return None
 
 
 def _next_start(starts: list[tuple], best: tuple) -> tuple:
@@ -1091,6 +1161,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
                  "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how, "rounds": rounds,
                  "pipeline_starts": search.pipeline_cuts, "cheapest_cut_starts": search.cheap_cuts,
+                 "balanced_cut_starts": search.balanced_cuts,
                  "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
