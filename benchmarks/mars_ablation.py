@@ -377,16 +377,26 @@ def _median_of(runs: list[dict], key: str) -> float | None:
     return None if None in values else statistics.median(values)
 
 
+def best_at(curve: list, samples: int) -> float:
+    """A run's best-so-far step time (us) after ``samples`` samples (inf before its first point)."""
+    return min((best for drawn, _, best in curve if drawn <= samples), default=math.inf)
+
+
 def compare_pairs(arms: dict) -> dict:
     """Per pair with runs in both arms: for each target, on how many seeds the pre-trained arm needed
-    fewer, more or as many samples as the random one, and fewer or more seconds (``needed``)."""
+    fewer, more or as many samples as the random one, and fewer or more seconds (``needed``); and per seed
+    both arms' best step time at equal samples (the fewer the two runs drew: time-capped runs draw what the
+    load lets them), for where neither reaches a target."""
     out = {}
     for pair, (pre, rand) in PAIRS.items():
         by_seed = {arm: {r["seed"]: r for r in arms.get(arm, [])} for arm in (pre, rand)}
         seeds = sorted(set(by_seed[pre]) & set(by_seed[rand]))
         if not seeds:
             continue
-        out[pair] = {"seeds": seeds}
+        out[pair] = {"seeds": seeds, "equal_samples": [
+            {"seed": s, "samples": (n := min(by_seed[pre][s]["samples"], by_seed[rand][s]["samples"])),
+             "pretrained_us": best_at(by_seed[pre][s]["curve"], n), "random_us": best_at(by_seed[rand][s]["curve"], n)}
+            for s in seeds]}
         for key in TARGETS:
             diffs = {unit: [needed(by_seed[pre][s], key, unit) - needed(by_seed[rand][s], key, unit) for s in seeds]
                      for unit in ("samples", "seconds")}
@@ -481,6 +491,18 @@ def table(results: dict) -> str:
             lines.append("| " + " | ".join([MODELS[name][0], pair, ",".join(map(str, c["seeds"]))] + [
                 f"{c[k]['fewer']} / {c[k]['more']} / {c[k]['equal']}; {c[k]['fewer_seconds']} / {c[k]['more_seconds']}"
                 for k in TARGETS]) + " |")
+    seeds = sorted({e["seed"] for entry in results.values() for c in entry["pairs"].values() for e in c["equal_samples"]})
+    lines += ["", "Best step time at equal samples (the fewer the pair's runs drew), pre-trained / random (ms; equal: "
+              "within 0.1 ms):", "", "| model | pair | " + " | ".join(f"seed {s}" for s in seeds)
+              + " | pre-trained lower / higher / equal |", "|" + "---|" * (3 + len(seeds))]
+    for name, entry in results.items():
+        for pair, c in entry["pairs"].items():
+            cells = {e["seed"]: f"{e['pretrained_us'] / 1e3:.1f} / {e['random_us'] / 1e3:.1f} ({e['samples']})"
+                     for e in c["equal_samples"]}
+            signs = [0 if abs(e["pretrained_us"] - e["random_us"]) < 100 else (1 if e["pretrained_us"] > e["random_us"] else -1)
+                     for e in c["equal_samples"]]
+            lines.append("| " + " | ".join([MODELS[name][0], pair] + [cells.get(s, "-") for s in seeds]
+                                           + [f"{signs.count(-1)} / {signs.count(1)} / {signs.count(0)}"]) + " |")
     lines += ["", "| model | seed | encoder | KL to permuted embeddings (nats) | KL to uniform (nats) | logit change "
               "| embedding rms | unit encoding rms | previous-device embedding rms | KL pre-trained to random (nats) |",
               "|" + "---|" * 10]
