@@ -83,8 +83,9 @@ def load_now() -> float:
 
 
 def learn(graph, cluster, algo: str, samples: int, options: dict, seed: int = 0) -> dict:
-    """One learner run: best step time, its best-so-far curve (samples, seconds, step us) and its own samples per
-    update (``policy_curve``: samples, mean and fastest fitting step us of the update's batch)."""
+    """One learner run: best step time, its best-so-far curve (samples, seconds, step us), its own samples per
+    update (``policy_curve``: samples, mean and fastest fitting step us of the update's batch) and, with option
+    init, the cloning steps taken and the fit they reached (in steps, not seconds: the load does not move them)."""
     began, load = time.perf_counter(), load_now()
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "log.csv"
@@ -98,7 +99,8 @@ def learn(graph, cluster, algo: str, samples: int, options: dict, seed: int = 0)
     return {"best_step_us": dp.simulate(graph, cluster, placed).step_time_us, "curve": thinned(curve),
             "policy_curve": policy_curve,
             "samples": placed.options["samples_simulated"], "seconds": round(time.perf_counter() - began, 1),
-            "load_before": round(load, 1), "load_after": round(load_now(), 1)}
+            "load_before": round(load, 1), "load_after": round(load_now(), 1),
+            **{k: placed.options[k] for k in ("init_updates_done", "init_fit") if k in placed.options}}
 
 
 def algorithmic(graph, cluster, spec: str, samples: int) -> dict:

@@ -41,6 +41,7 @@ which tell what the policy adds to its units.
     .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37
     .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37 --search
     .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37 --baseline-samples 2000 --report
+    .venv/bin/python benchmarks/mars_ablation.py --config embedding-logits --models gnmt4 --seeds 0,1,2,3,4,5 --samples 4000 --time-cap-s 50
 
 Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
 ``benchmarks/results/mars_ablation_SAMPLES.json`` and ``.png`` (``report_name``: one pair per budget,
@@ -100,7 +101,12 @@ ARMS = ABLATION | VARIANTS
 # (``module_units``): Mars's slices of the step hold pieces of 1-7 of GNMT-4's 15 modules, so no decision moves one.
 DEVPLACE = dict(schedule_orders=ROUND4["schedule_orders"], init=WARM_STARTS, init_stop_deviations=2.0,
                 units_along_init=True, max_units=1024, normalize_units=True, module_units=True)
-CONFIGS = {"paper": {}, "devplace": DEVPLACE}
+# Round 8: Mars's own units (no module_units: on GNMT-4 the 811 units cut along the warm start, where a linear probe
+# recovers a unit's best known device from its embedding 93-95% of the time), without and with ``embedding_logits``
+# (each unit's logits read its own embedding through a linear head; without it a trained placer places by position).
+OWN_UNITS = {k: v for k, v in DEVPLACE.items() if k != "module_units"}
+CONFIGS = {"paper": {}, "devplace": DEVPLACE, "own-units": OWN_UNITS,
+           "embedding-logits": OWN_UNITS | {"embedding_logits": True}}
 # ``--study``: the pre-trained arm, seed 0, with devplace's variant and without each of its options in turn
 STUDY = {"devplace": DEVPLACE,
          "without-orders": DEVPLACE | {"schedule_orders": "topological"},
@@ -136,34 +142,6 @@ def encoder_drift(checkpoint: Path, options: dict, seed: int) -> float:
     return moved / math.sqrt(sum(float((v ** 2).sum()) for v in start.values()))
 
 
-class _Permuted(torch.nn.Module):
-    """An encoder whose unit embeddings are handed out in another order (``order[i]``'s to unit i)."""
-
-    def __init__(self, encoder, order: torch.Tensor):
-        super().__init__()
-        self.inner, self.order, self.hidden = encoder, order, encoder.hidden
-
-    def forward(self, x, edge_index):
-        return self.inner(x, edge_index)[self.order]
-
-
-def _device_log_probs(policy, g, actions: torch.Tensor) -> torch.Tensor:
-    """(K, U, devices) log-probabilities of every device at each decision, the previous decisions being
-    ``actions`` (teacher forcing): the device head's logits, caught as ``evaluate`` computes them."""
-    caught, heads = [], policy._heads
-
-    def catching(h, memory):
-        logits, value = heads(h, memory)
-        caught.append(logits)
-        return logits, value
-
-    policy._heads = catching
-    with torch.no_grad():
-        policy.evaluate(g, actions)
-    del policy._heads
-    return torch.log_softmax(torch.cat(caught, 1), -1)
-
-
 _UNITS: dict = {}     # (graph, options that cut the units, seed) -> unit_of: the warm start is placed once per model and seed
 
 
@@ -178,17 +156,13 @@ def _policy(graph, cluster, checkpoint: Path, options: dict, seed: int):
     weights = torch.load(checkpoint, weights_only=False)["policy"]
     encoder = GCNEncoder(weights["encoder.act1.weight"].shape[0])
     policy = SegmentPlacer(encoder, cluster.n_devices, settings.hidden_size, settings.segment_length,
-                           settings.normalize_units)
+                           settings.normalize_units, settings.embedding_logits)
     policy.load_state_dict(weights)
-    key = (graph_fingerprint(graph.names), settings.max_units, settings.units_along_init, settings.init, settings.schedule_orders, seed)
+    key = (graph_fingerprint(graph.names), settings.max_units, settings.units_along_init, settings.module_units, settings.init,
+           settings.schedule_orders, seed)
     if key not in _UNITS:
         _UNITS[key] = units_and_starts(graph, cluster, settings, seed)[0].unit_of
     return policy, unit_graph(graph, _UNITS[key])
-
-
-def _mean_kl(own: torch.Tensor, other: torch.Tensor) -> float:
-    """Mean over decisions of KL(own || other), both (K, U, devices) log-probabilities, in nats."""
-    return float((own.exp() * (own - other)).sum(-1).mean())
 
 
 def embedding_kl(graph, cluster, checkpoint: Path, options: dict, seed: int, placements: int = 16) -> dict:
@@ -199,15 +173,17 @@ def embedding_kl(graph, cluster, checkpoint: Path, options: dict, seed: int, pla
     A nearly deterministic policy hides logit changes from the KL, so ``logit_change`` is the logits' own
     change: mean |change| of the centred log-probabilities over their mean |value| (0: the embeddings
     do not move the logits; 1: they move them as much as the logits differ between devices)."""
+    from devplace.learn.marsnet import mean_kl
+
     policy, g = _policy(graph, cluster, checkpoint, options, seed)
     generator = torch.Generator().manual_seed(seed)
     actions = policy.act(g, placements, generator).actions
-    own = _device_log_probs(policy, g, actions)
-    policy.encoder = _Permuted(policy.encoder, torch.randperm(g.n_units, generator=generator))
+    order = torch.randperm(g.n_units, generator=generator)
+    with torch.no_grad():
+        own, permuted = (policy.evaluate(g, actions, o).device_log_prob for o in (None, order))
     uniform = torch.full_like(own, -math.log(cluster.n_devices))
-    permuted = _device_log_probs(policy, g, actions)
     centred, moved = own - own.mean(-1, keepdim=True), permuted - permuted.mean(-1, keepdim=True)
-    return {"embedding_kl": _mean_kl(own, permuted), "uniform_kl": _mean_kl(own, uniform),
+    return {"embedding_kl": mean_kl(own, permuted), "uniform_kl": mean_kl(own, uniform),
             "logit_change": float((moved - centred).abs().mean() / centred.abs().mean())}
 
 
@@ -217,6 +193,8 @@ def at_start(graph, cluster, seed: int, placements: int = 16) -> dict:
     reads at each unit (root mean square of the unit's encoding and of the previous device's embedding,
     the two halves of its input; and of the encoder's embeddings the reader LSTM turns into encodings), and KL(pre-trained || random) on the pre-trained policy's samples: how
     differently the two encoders make the same placer decide before any training."""
+    from devplace.learn.marsnet import mean_kl
+
     out, policies = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         for arm in PAIRS["fine-tuned"]:
@@ -232,7 +210,9 @@ def at_start(graph, cluster, seed: int, placements: int = 16) -> dict:
                              "device_embedding_rms": float(policy.device_embed.weight.pow(2).mean().sqrt())}
     (policy, g), (other, _) = policies.values()
     actions = policy.act(g, placements, torch.Generator().manual_seed(seed)).actions
-    out["pretrained_vs_random_kl"] = _mean_kl(_device_log_probs(policy, g, actions), _device_log_probs(other, g, actions))
+    with torch.no_grad():
+        out["pretrained_vs_random_kl"] = mean_kl(policy.evaluate(g, actions).device_log_prob,
+                                                 other.evaluate(g, actions).device_log_prob)
     return out
 
 
@@ -397,16 +377,26 @@ def _median_of(runs: list[dict], key: str) -> float | None:
     return None if None in values else statistics.median(values)
 
 
+def best_at(curve: list, samples: int) -> float:
+    """A run's best-so-far step time (us) after ``samples`` samples (inf before its first point)."""
+    return min((best for drawn, _, best in curve if drawn <= samples), default=math.inf)
+
+
 def compare_pairs(arms: dict) -> dict:
     """Per pair with runs in both arms: for each target, on how many seeds the pre-trained arm needed
-    fewer, more or as many samples as the random one, and fewer or more seconds (``needed``)."""
+    fewer, more or as many samples as the random one, and fewer or more seconds (``needed``); and per seed
+    both arms' best step time at equal samples (the fewer the two runs drew: time-capped runs draw what the
+    load lets them), for where neither reaches a target."""
     out = {}
     for pair, (pre, rand) in PAIRS.items():
         by_seed = {arm: {r["seed"]: r for r in arms.get(arm, [])} for arm in (pre, rand)}
         seeds = sorted(set(by_seed[pre]) & set(by_seed[rand]))
         if not seeds:
             continue
-        out[pair] = {"seeds": seeds}
+        out[pair] = {"seeds": seeds, "equal_samples": [
+            {"seed": s, "samples": (n := min(by_seed[pre][s]["samples"], by_seed[rand][s]["samples"])),
+             "pretrained_us": best_at(by_seed[pre][s]["curve"], n), "random_us": best_at(by_seed[rand][s]["curve"], n)}
+            for s in seeds]}
         for key in TARGETS:
             diffs = {unit: [needed(by_seed[pre][s], key, unit) - needed(by_seed[rand][s], key, unit) for s in seeds]
                      for unit in ("samples", "seconds")}
@@ -501,6 +491,18 @@ def table(results: dict) -> str:
             lines.append("| " + " | ".join([MODELS[name][0], pair, ",".join(map(str, c["seeds"]))] + [
                 f"{c[k]['fewer']} / {c[k]['more']} / {c[k]['equal']}; {c[k]['fewer_seconds']} / {c[k]['more_seconds']}"
                 for k in TARGETS]) + " |")
+    seeds = sorted({e["seed"] for entry in results.values() for c in entry["pairs"].values() for e in c["equal_samples"]})
+    lines += ["", "Best step time at equal samples (the fewer the pair's runs drew), pre-trained / random (ms; equal: "
+              "within 0.1 ms):", "", "| model | pair | " + " | ".join(f"seed {s}" for s in seeds)
+              + " | pre-trained lower / higher / equal |", "|" + "---|" * (3 + len(seeds))]
+    for name, entry in results.items():
+        for pair, c in entry["pairs"].items():
+            cells = {e["seed"]: f"{e['pretrained_us'] / 1e3:.1f} / {e['random_us'] / 1e3:.1f} ({e['samples']})"
+                     for e in c["equal_samples"]}
+            signs = [0 if abs(e["pretrained_us"] - e["random_us"]) < 100 else (1 if e["pretrained_us"] > e["random_us"] else -1)
+                     for e in c["equal_samples"]]
+            lines.append("| " + " | ".join([MODELS[name][0], pair] + [cells.get(s, "-") for s in seeds]
+                                           + [f"{signs.count(-1)} / {signs.count(1)} / {signs.count(0)}"]) + " |")
     lines += ["", "| model | seed | encoder | KL to permuted embeddings (nats) | KL to uniform (nats) | logit change "
               "| embedding rms | unit encoding rms | previous-device embedding rms | KL pre-trained to random (nats) |",
               "|" + "---|" * 10]
@@ -551,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the report shows them)")
     parser.add_argument("--report", action="store_true", help="only write the report (JSON, PNG, the table)")
     parser.add_argument("--config", choices=tuple(CONFIGS), default="paper", help="paper: the paper's configuration; "
-                        "devplace: devplace's variant added to every arm (DEVPLACE)")
+                        "devplace: devplace's variant added to every arm (DEVPLACE); own-units, embedding-logits: "
+                        "round 8 (OWN_UNITS without and with the embedding head)")
     parser.add_argument("--baseline-samples", type=int, default=None, help="read mars.py's baselines (best known) "
                         "made with this many samples (default: --samples)")
     parser.add_argument("--search", action="store_true", help="only run SEARCHES (no policy) over the pre-trained "

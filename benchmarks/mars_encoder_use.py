@@ -23,7 +23,7 @@ reached it too, so this measures the encoder where it could matter, in two parts
         --seeds 0,1,2,3,4,5,6,7,8,9 --samples 4000 --time-cap-s 30
 
 Writes ``benchmarks/results/mars_encoder_use.json`` (both parts, each kept when the other runs) and
-``mars_policy_curves.png``.
+``mars_policy_curves.png`` (another ``--config``'s curves: key ``curves_CONFIG``, ``mars_policy_curves_CONFIG.png``).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def curves(names: list[str], seeds: list[int], samples: int, cap_s: float, confi
     return out
 
 
-def plot_curves(results: dict) -> None:
+def plot_curves(results: dict, suffix: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,7 +180,7 @@ def plot_curves(results: dict) -> None:
         axes[1][col].set_xlabel("simulated placements")
     axes[0][0].set_ylabel("mean of the update's samples (ms)")
     axes[1][0].set_ylabel("fastest fitting sample of the update (ms)")
-    write_figure(figure, axes, "mars_policy_curves.png")
+    write_figure(figure, axes, f"mars_policy_curves{suffix}.png")
 
 
 def curves_table(results: dict) -> str:
@@ -235,12 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         print(probe_table(saved["probe"]))
     if args.curves:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        saved["curves"] = curves(names, seeds, args.samples, args.time_cap_s, args.config)
-        saved["curves_runs"] = {"seeds": seeds, "samples": args.samples, "time_cap_s": args.time_cap_s,
+        suffix = "" if args.config == "devplace" else f"_{args.config}"     # each config's curves kept apart
+        saved[f"curves{suffix}"] = found = curves(names, seeds, args.samples, args.time_cap_s, args.config)
+        saved[f"curves_runs{suffix}"] = {"seeds": seeds, "samples": args.samples, "time_cap_s": args.time_cap_s,
                                 "config": args.config}
-        if saved["curves"]:
-            plot_curves(saved["curves"])
-        print(curves_table(saved["curves"]))
+        if found:
+            plot_curves(found, suffix)
+        print(curves_table(found))
     write_text_atomic(OUT, json.dumps(saved, indent=1, default=float) + "\n")
     return 0
 

@@ -374,3 +374,37 @@ def test_module_units_place_module_layers_whole_where_layers_interleave():
     placed = dp.place(g, SLOW_LINK, algo="mars", seed=0, samples=16, module_units=True, **FAST)
     assert placed.options["units"] == 2
     assert all(len(set(placed.devices[modules == m].tolist())) == 1 for m in np.unique(modules))
+
+
+def test_embedding_logits_make_the_placer_decide_by_each_units_embedding_not_its_position(tmp_path):
+    """Option embedding_logits: each unit's device logits read its own embedding through a linear head. Cloned to a
+    split warm start, the placer then decides by the embedding: handed the embeddings permuted among the units, its
+    decisions change by over 1 nat each (BENCHMARKS.md, round 7: a trained placer without the head, 2e-4) and
+    follow the unit whose embedding it got; without the head they change by under 0.4 nats and follow the position."""
+    from devplace.learn.features import unit_majority
+    from devplace.learn.marsnet import mean_kl
+
+    graph, cluster, warm = _bundled_with_warm_start()
+    units = mars_units(graph, 1024)
+    g, target = unit_graph(graph, units.unit_of), torch.from_numpy(unit_majority(warm, units.unit_of, cluster.n_devices))
+    order = torch.randperm(g.n_units, generator=torch.Generator().manual_seed(0))
+
+    def cloned(head: bool) -> tuple[float, float, float]:
+        checkpoint = tmp_path / f"head-{head}.pt"
+        dp.place(graph, cluster, algo="mars", seed=0, samples=8, init="m-sct+opt", init_updates=30,
+                 init_learning_rate=0.03, max_units=1024, embedding_logits=head, checkpoint=str(checkpoint),
+                 **(FAST | dict(learning_rate=0.0, pretrained=False)))
+        weights = torch.load(checkpoint, weights_only=False)["policy"]
+        policy = SegmentPlacer(GCNEncoder(weights["encoder.act1.weight"].shape[0]), cluster.n_devices,
+                               FAST["hidden_size"], FAST["segment_length"], embedding_logits=head)
+        policy.load_state_dict(weights)
+        with torch.no_grad():
+            own, permuted = (policy.evaluate(g, target.unsqueeze(0), o).device_log_prob for o in (None, order))
+        greedy = permuted[0].argmax(-1)
+        return (mean_kl(own, permuted), float((greedy == target[order]).float().mean()),
+                float((greedy == target).float().mean()))
+
+    (kl, by_embedding, by_position), (kl_without, by_embedding_without, by_position_without) = cloned(True), cloned(False)
+    assert kl > 1.0 and by_embedding > 0.8 > by_position, (kl, by_embedding, by_position)
+    assert kl_without < 0.4 and by_position_without > by_embedding_without, (kl_without, by_embedding_without,
+                                                                             by_position_without)

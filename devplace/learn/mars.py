@@ -26,7 +26,9 @@ policy before PPO starts, shared with every learner by ``train``), ``units_along
 evenly, a unit of GNMT-4's 256 spans about 97 ops of several of the expert's layers, and the expert's
 projection on them is 3x slower), ``init_stop_deviations`` (cloning stops while samples still move a
 few units, so PPO explores around the warm start), ``normalize_units`` (the decoder's unit input
-layer-normalised, ``marsnet``) and ``module_units`` (where the step order interleaves the layers, as GNMT's
+layer-normalised, ``marsnet``), ``embedding_logits`` (each unit's device logits also read that unit's own
+embedding through a linear head, ``marsnet``: without it a trained placer places by position and hardly reads
+the embeddings) and ``module_units`` (where the step order interleaves the layers, as GNMT's
 do, the units are the module layers whole: 15 on GNMT-4, where a local search over them without a policy
 beats Mars's PPO at equal samples; BENCHMARKS.md says by how much).
 
@@ -89,6 +91,10 @@ class MarsOptions(WholePlacementOptions):
                                        "the units are the module layers whole (a module over all its time steps, with "
                                        "its backward and update ops; sim-search's layer move), so the policy places "
                                        "modules; elsewhere no change (devplace's variant)")
+    embedding_logits: bool = option(False, "add to each unit's device logits a linear term of that unit's own "
+                                           "embedding (standardised over the units; the head starts at zero), so the "
+                                           "placer reads the encoder directly rather than only through its LSTMs, "
+                                           "which learn to place by position (devplace's variant)")
 
 
 def mars_units(graph, max_units: int, along: np.ndarray | None = None, modules: bool = False):
@@ -151,7 +157,7 @@ def place(graph, cluster, *, seed: int = 0, options: MarsOptions = MarsOptions()
     with seeded(seed):     # the same draws with and without pre-training: the arms differ in the encoder's weights only
         encoder = GCNEncoder(options.encoder_hidden if pretrained is None else pretrained.hidden)
         policy = SegmentPlacer(encoder, cluster.n_devices, options.hidden_size, options.segment_length,
-                               options.normalize_units)
+                               options.normalize_units, options.embedding_logits)
     if pretrained is not None:
         encoder.load_state_dict(pretrained.state_dict())
     encoder.requires_grad_(not options.freeze_encoder)
