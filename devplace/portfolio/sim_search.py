@@ -73,6 +73,7 @@ messages to the ``logging`` logger of this module (under ``devplace``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -522,8 +523,11 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
         capacity = float(cluster.memory_bytes[device_order].min())
         how = f"cheapest-cut pipeline of {stages} stages"
         least, low, high, planned = None, capacity, capacity * CHEAP_CUT_SLACK, capacity
+        # the cheapest cut into this many stages whose plan holds at most the bytes given, or None
+        stage_path = functools.partial(_least_crossing_stages, held, top, forward[cuts], back[cuts], crossing[cuts],
+                                       stages)
         for attempt in range(search.config.pipeline_rebalance * 2):
-            path = _least_crossing_stages(held, top, forward[cuts], back[cuts], crossing[cuts], stages, planned)
+            path = stage_path(planned)
             if path is None:        # the estimate allows no cut: plan with more bytes
                 low, planned = planned, (planned + high) / 2
                 continue
@@ -541,9 +545,9 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
             planned = (low + high) / 2
         if least is not None and least[0] > 0:
             _shift_stages(search, units, least[1], np.maximum(unit_bytes, 1.0), device_order, how)
-        plan = (held, top, forward[cuts], back[cuts], crossing[cuts], stages)
-        _balanced_cuts(search, plan, lambda path: respect_colocation(
-            search.fine, device_order[_stages_of(path, cuts, n)][position]), capacity)
+        most_bytes = float(top.max() + forward[cuts].max() + back[cuts].max())   # no stage's plan holds more
+        _balanced_cuts(search, stage_path, most_bytes, lambda path: respect_colocation(
+            search.fine, device_order[_stages_of(path, cuts, n)][position]), capacity, stages)
 
 
 def _stages_of(path: list[int], cuts: np.ndarray, n: int) -> np.ndarray:
@@ -554,7 +558,7 @@ def _stages_of(path: list[int], cuts: np.ndarray, n: int) -> np.ndarray:
     return stage
 
 
-def _balanced_cuts(search: _Search, plan: tuple, devices_of, capacity: float) -> None:
+def _balanced_cuts(search: _Search, stage_path, most_bytes: float, devices_of, capacity: float, stages: int) -> None:
     """Cheapest cuts planned with bytes that do not depend on the devices' memory: the least a
     stage may hold for any cut to exist (bisected on the plan's estimate) times each of
     ``BALANCED_CUT_PLANS``, judged while that is at most ``CHEAP_CUT_SLACK`` x the memory and kept
@@ -562,15 +566,14 @@ def _balanced_cuts(search: _Search, plan: tuple, devices_of, capacity: float) ->
     the step into a 2-stage pipeline of 264.4 ms, which anneals to 240.4; with the whole 8 GiB it
     cuts off the last units, as fast as one GPU, whose basin ended at 246.9), so these give every
     memory that fits them the same starts, and the second round starts from the fastest (there:
-    240.5 with the whole 8 GiB)."""
-    *arrays, stages = plan
-    high = float(arrays[1].max() + arrays[2].max() + arrays[3].max())
-    if _least_crossing_stages(*arrays, stages, high) is None:
+    240.5 with the whole 8 GiB). ``stage_path(bytes)``: the cheapest cut into ``stages`` whose plan holds
+    at most ``bytes`` a stage (None if none does); ``most_bytes``: more than any stage's plan holds."""
+    low, high = 0.0, most_bytes
+    if stage_path(high) is None:
         return      # fewer candidate boundaries than stages
-    low = 0.0
     for _ in range(BALANCED_CUT_BISECTIONS):
         middle = (low + high) / 2
-        if _least_crossing_stages(*arrays, stages, middle) is None:
+        if stage_path(middle) is None:
             low = middle
         else:
             high = middle
@@ -579,7 +582,7 @@ def _balanced_cuts(search: _Search, plan: tuple, devices_of, capacity: float) ->
         planned = high * factor
         if planned > capacity * CHEAP_CUT_SLACK:
             break
-        path = _least_crossing_stages(*arrays, stages, planned)
+        path = stage_path(planned)
         if tuple(path) in seen:
             continue
         seen.add(tuple(path))
