@@ -49,11 +49,13 @@ def bound_path(graph, rel) -> np.ndarray:
     return bounds._trace(graph, level, parent)[0]
 
 
-def decompose(graph, cluster, placement, on_bound: np.ndarray) -> dict:
+def decompose(graph, cluster, placement, path_ops: np.ndarray) -> dict:
     """The simulated critical path of ``placement`` split into compute on / off P and the waits between."""
     result = Simulator(graph, cluster).run(placement)
     path = result.critical_path
     on = result.devices
+    on_bound = np.zeros(graph.n_ops, bool)
+    on_bound[path_ops] = True
     compute = result.op_time_us[path] + cluster.op_gap_us
     queue_us = transfer_us = other_wait_us = device_order_us = 0.0
     hops = 0
@@ -81,7 +83,7 @@ def decompose(graph, cluster, placement, on_bound: np.ndarray) -> dict:
         "other_wait_ms": round(other_wait_us / 1e3, 3), "first_start_ms": round(float(result.start_us[path[0]]) / 1e3, 3),
         "hops": hops, "device_order_links_ms": round(device_order_us / 1e3, 3),
         "P_devices": np.bincount(on[on_bound], minlength=cluster.n_devices).tolist(),
-        "P_cuts": int((on[np.flatnonzero(on_bound)][:-1] != on[np.flatnonzero(on_bound)][1:]).sum()),
+        "P_cuts": int((on[path_ops][:-1] != on[path_ops][1:]).sum()),
         "busy_ms": np.round(result.busy_us / 1e3, 1).tolist(),
         "persistent_gib": np.round(persistent / GIB, 3).tolist(),
         "peak_gib": np.round(result.peak_memory_bytes / GIB, 3).tolist(),
@@ -174,7 +176,7 @@ def run(name: str) -> dict:
         began = time.perf_counter()
         placement = dp.place(graph, where, algo="sim-search")
         row[label] = {"placement_s": round(time.perf_counter() - began, 1), "found_by": placement.options["found_by"],
-                      "devices": placement.devices.tolist()} | decompose(graph, where, placement, on_bound)
+                      "devices": placement.devices.tolist()} | decompose(graph, where, placement, path_ops)
         if label == "tight":
             row[label]["hand"] = hand_moves(graph, where, placement, on_bound)
         print(json.dumps({k: v for k, v in row[label].items() if k != "devices"}), flush=True)
