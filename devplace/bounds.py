@@ -813,7 +813,7 @@ def _cluster_order_bound_us(graph, rel: Relaxation, head: np.ndarray, tail: np.n
         return max(_sequence_us(of_op, head[timed], p[timed], tail[timed]),
                    _sequence_us(of_op, tail[timed], p[timed], head[timed])) > c_us * (1 + 1e-9)
 
-    if not fails(lo):
+    if not timed.any() or not fails(lo):      # no op takes time: nothing runs in turn
         return lo
     hi = 2 * lo + float(p.sum())
     while hi - lo > 1e-7 * hi:
