@@ -47,7 +47,7 @@ from devplace.placers._listsched import op_times_us
 from devplace.transforms.coplacement import join_pairs
 
 BOUND_NAMES = ("critical_path_us", "comm_path_us", "work_us", "largest_group_us", "interval_work_us", "memory_path_us",
-               "cut_threshold_us", "turn_path_us")
+               "cut_threshold_us", "turn_path_us", "cluster_order_us")
 MAX_SPAN = 64        # a span (``memory_path_us``) joins path positions at most this far apart
 
 
@@ -765,6 +765,87 @@ def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
                                        cluster.memory_bytes.astype(np.float64)))
 
 
+def cluster_order_us(graph, rel: Relaxation) -> float:
+    """The ops that dear transfers keep on one device run there one at a time, each inside its
+    window: ``cut_threshold_us``' clusters, charged with their heads and tails.
+
+    For a trial step time C, the *C-clusters* are the units joined by the edges whose through time
+    (``cut_threshold_us``: head_u + p_u + cut cost + p_v + tail_v; inf inside a unit) is above C.
+    C *fails* a cluster S when, for a threshold R among its ops' heads (or Q among their tails),
+    the ops j of S with head_j >= R (tail_j >= Q) have R + their total fastest time + the least
+    tail among them > C (least head + total + Q > C). The bound is the largest C found to fail some
+    cluster (bisection; failing is monotone, below), or ``comm_path_us``. Where the gradient of a
+    weight is summed over many steps through edges too dear to cut, the sum runs on one device
+    after the steps' backward has begun, which neither the critical path nor work / devices sees.
+
+    Proof: take a valid placement and priority with step time T <= C. An edge of through time
+    above C is not cut: if it were, its consumer would start no earlier than head_u + p_u + its
+    transfer (F2) and the step would end no earlier than its through time > C (as in
+    ``cut_threshold_us``). So each C-cluster sits on one device (units already do, F4), which
+    runs one op at a time, never preempted (F1). Op j starts no earlier than head_j and runs at
+    least p_j (F1, F3), and finishes no later than T - tail_j <= C - tail_j (``comm_windows``). The
+    ops of S with head_j >= R all run inside [R, C - min tail], one after the other, so their total
+    is at most C - R - min tail; likewise with tails. A failing C therefore has T > C for every
+    valid placement and priority. Monotone: a smaller C joins more units (every edge above C is
+    above a smaller C), each cluster a union of the larger C's, whose subsets keep their sums, and
+    the test compares with a smaller C; so the largest failing C is found by bisection."""
+    if graph.n_ops == 0:
+        return 0.0
+    return _cluster_order_bound_us(graph, rel, rel.head_us, rel.tail_us)
+
+
+def _cluster_order_bound_us(graph, rel: Relaxation, head: np.ndarray, tail: np.ndarray) -> float:
+    """``cluster_order_us`` with the windows given by ``head`` and ``tail`` (valid heads and tails
+    for every placement considered), from their longest path up."""
+    p = rel.fastest_us
+    lo = float((head + p + tail).max())        # ``comm_path_us``
+    through = head[graph.edge_src] + p[graph.edge_src] + rel.cut_us + p[graph.edge_dst] + tail[graph.edge_dst]
+    timed = p > 0
+    n_units = rel.allowed.shape[0]
+
+    def fails(c_us: float) -> bool:
+        keep = through > c_us
+        joins = sparse.coo_array((np.ones(int(keep.sum())), (rel.unit[graph.edge_src[keep]],
+                                                             rel.unit[graph.edge_dst[keep]])),
+                                 shape=(n_units, n_units))
+        _, cluster = csgraph.connected_components(joins, directed=False)
+        of_op = cluster[rel.unit][timed]
+        return max(_sequence_us(of_op, head[timed], p[timed], tail[timed]),
+                   _sequence_us(of_op, tail[timed], p[timed], head[timed])) > c_us * (1 + 1e-9)
+
+    if not timed.any() or not fails(lo):      # no op takes time: nothing runs in turn
+        return lo
+    hi = 2 * lo + float(p.sum())
+    while hi - lo > 1e-7 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if fails(mid) else (lo, mid)
+    return lo
+
+
+def _sequence_us(cluster: np.ndarray, first_us: np.ndarray, p: np.ndarray, last_us: np.ndarray) -> float:
+    """max over clusters and their ops k of first_k + the total p of the cluster's ops j with
+    first_j >= first_k + the least last_j among them: the one-device bound of ``cluster_order_us``."""
+    order = np.lexsort((-first_us, cluster))      # per cluster, latest first
+    c, f, w, l = cluster[order], first_us[order], p[order], last_us[order]
+    new = np.ones(len(c), dtype=bool)
+    new[1:] = c[1:] != c[:-1]
+    starts = np.flatnonzero(new)
+    total = np.cumsum(w)
+    total -= np.repeat(total[starts] - w[starts], np.diff(np.append(starts, len(c))))
+    least = _group_running_min(l, new)
+    # ops with equal first: the last of them in this order counts them all
+    same = np.append((f[1:] == f[:-1]) & ~new[1:], False)
+    return float((f + total + least)[~same].max())
+
+
+@njit(cache=True)
+def _group_running_min(values, new):
+    out = np.empty_like(values)
+    for i in range(values.shape[0]):
+        out[i] = values[i] if new[i] else min(out[i - 1], values[i])
+    return out
+
+
 def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_limit_s: float = 60.0) -> float:
     """The critical path pays the costliest cut it needs so that the activations held at the
     forward/backward turn fit on the devices it visits: ``critical_path_us`` + theta, theta the
@@ -1392,6 +1473,7 @@ def lower_bounds(graph, cluster) -> dict:
         "interval_work_us": interval_work_us(graph, cluster, rel),
         "memory_path_us": memory_path_us(graph, cluster, rel),
         "cut_threshold_us": cut_threshold_us(graph, cluster, rel),
+        "cluster_order_us": cluster_order_us(graph, rel),
         "turn_path_us": turn_path_us(graph, cluster, rel),
     }
     best = max(bounds, key=bounds.__getitem__)

@@ -641,6 +641,15 @@ def shared_input_instance(seed: int, n_devices: int = 2):
     return b.build(), identical_cluster(rng, n_devices, 2**30, max_latency_us=3, bandwidth=1e3, op_gap_us=1.0)
 
 
+
+def checked_bounds(graph, cluster, seed: int) -> dict:
+    """Every bound, each checked against the brute-force optimum (6 random priorities from ``seed``)."""
+    optimum = brute_force(graph, cluster, n_orders=6, seed=seed)
+    bounds = lower_bounds(graph, cluster)
+    for name in BOUND_NAMES:
+        assert bounds[name] <= optimum * (1 + 1e-9) + 1e-9, (seed, name, bounds, optimum)
+    return bounds
+
 def test_two_long_ops_that_must_share_a_device_run_in_turn_and_raise_the_interval_bound(monkeypatch):
     """Never above the brute-force optimum; above every bound without the pair step on many."""
     from devplace import bounds as module
@@ -648,10 +657,7 @@ def test_two_long_ops_that_must_share_a_device_run_in_turn_and_raise_the_interva
     raised = 0
     for seed in range(30):
         graph, cluster = shared_input_instance(seed)
-        optimum = brute_force(graph, cluster, n_orders=6, seed=seed)
-        bounds = lower_bounds(graph, cluster)
-        for name in BOUND_NAMES:
-            assert bounds[name] <= optimum * (1 + 1e-9) + 1e-9, (seed, name, bounds, optimum)
+        bounds = checked_bounds(graph, cluster, seed)
         with monkeypatch.context() as patch:
             patch.setattr(module, "_pair_bound_us", lambda graph, rel, m, lo, max_ends: lo)
             before = lower_bounds(graph, cluster)["best_us"]
@@ -679,3 +685,51 @@ def test_a_pair_that_shares_a_device_runs_in_turn(monkeypatch):
     assert bounds["interval_work_us"] <= 60.0 == brute_force(graph, cluster, n_orders=6)
     monkeypatch.setattr(module, "_pair_bound_us", lambda graph, rel, m, lo, max_ends: lo)
     assert lower_bounds(graph, cluster)["interval_work_us"] == pytest.approx(50.0, rel=1e-6)
+
+
+
+def accumulation_instance(seed: int):
+    """x (60-150 us) feeds three products m0-m2 (10-30 us) over cheap edges (0-10 us); their sum
+    runs as a chain, m0 + m1 -> a0, a0 + m2 -> a1 (1-10 us each), over edges of 10, 30 or 500 us;
+    two identical GPUs. Where those edges are dear, the products and the sum share a device after
+    x: a weight's gradient summed over steps, in miniature."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["gpu"])
+    b.add_op("x", compute_us=float(rng.integers(60, 151)))
+    for k in range(3):
+        b.add_op(f"m{k}", compute_us=float(rng.integers(10, 31)))
+        b.add_edge("x", f"m{k}", bytes=0.0, fixed_us=float(rng.integers(0, 11)))
+    for k in range(2):
+        b.add_op(f"a{k}", compute_us=float(rng.integers(1, 11)))
+    for src, dst in (("m0", "a0"), ("m1", "a0"), ("a0", "a1"), ("m2", "a1")):
+        b.add_edge(src, dst, bytes=0.0, fixed_us=float(rng.choice([10.0, 30.0, 500.0])))
+    return b.build(), uniform_cluster(2)
+
+
+def test_a_cluster_that_dear_edges_keep_on_one_device_runs_in_turn_after_its_heads():
+    """Never above the brute-force optimum; above every other bound on many."""
+    others = [name for name in BOUND_NAMES if name != "cluster_order_us"]
+    raised = 0
+    for seed in range(30):
+        bounds = checked_bounds(*accumulation_instance(seed), seed)
+        raised += bounds["cluster_order_us"] > max(bounds[name] for name in others) * (1 + 1e-9)
+    assert raised >= 12, raised     # not vacuous: 14 of the 30 when written
+
+
+def test_a_sum_kept_on_one_device_runs_after_its_products():
+    """x (100 us) feeds m0, m1 and m2 (20 us each) over 5 us edges; m0 + m1 -> a0 and a0 + m2 -> a1
+    (5 us each) over 500 us edges; two devices. The products and the sum share a device and start
+    no earlier than x's finish: 100 + 60 + 10 = 170, the brute-force optimum (x elsewhere: 175).
+    The longest path with its joins run locally sees 150 (m2 beside a0's inputs is not charged)."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("x", 100.0), ("m0", 20.0), ("m1", 20.0), ("m2", 20.0), ("a0", 5.0), ("a1", 5.0)):
+        b.add_op(name, compute_us=us)
+    for name in ("m0", "m1", "m2"):
+        b.add_edge("x", name, bytes=0.0, fixed_us=5.0)
+    for src, dst in (("m0", "a0"), ("m1", "a0"), ("a0", "a1"), ("m2", "a1")):
+        b.add_edge(src, dst, bytes=0.0, fixed_us=500.0)
+    graph, cluster = b.build(), uniform_cluster(2)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["best"] == "cluster_order_us" and bounds["cluster_order_us"] == pytest.approx(170.0, rel=1e-6)
+    assert max(bounds[name] for name in BOUND_NAMES if name != "cluster_order_us") < 170.0
+    assert brute_force(graph, cluster, n_orders=6) == 170.0
