@@ -114,7 +114,7 @@ def compare(
     try:
         for done, name in enumerate(names):
             fastest = [r.step_time_us for r in rows if r.error is None and not r.oom]
-            reporter.update(done, best_step_us=min(fastest) if fastest else None, note=name)
+            reporter.update(done, best_step_us=min(fastest) if fastest else None, note=f"placing {name}")
             rows.append(_row(graph, cluster, name, seed, options.get(name, {}), placements, results))
             if models and name in placements:
                 times = robust_step_times(graph, cluster, placements[name], models)
