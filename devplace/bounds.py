@@ -480,7 +480,7 @@ def _link_at(graph, rel: Relaxation, a: int, b: int, least_us: float):
             edges = np.concatenate([graph.succ_edge[graph.succ_ptr[u]:graph.succ_ptr[u + 1]],
                                     graph.pred_edge[graph.pred_ptr[u]:graph.pred_ptr[u + 1]]])
             for e in edges[rel.cut_us[edges] >= least_us].tolist():
-                w = int(graph.edge_dst[e]) if int(graph.edge_src[e]) == u else int(graph.edge_src[e])
+                w = _other_end(graph, e, u)
                 if w in via:
                     continue
                 via[w] = e
@@ -488,13 +488,19 @@ def _link_at(graph, rel: Relaxation, a: int, b: int, least_us: float):
                     path, v = [], b
                     while v != a:
                         path.append(via[v])
-                        v = int(graph.edge_src[via[v]]) if int(graph.edge_dst[via[v]]) == v else int(graph.edge_dst[via[v]])
+                        v = _other_end(graph, via[v], v)
                     return path[::-1]
                 if len(via) > LINK_VISITS:
                     return None
                 following.append(w)
         frontier = following
     return None
+
+
+def _other_end(graph, e: int, v: int) -> int:
+    """The end of edge ``e`` that is not ``v`` (``_link_at`` walks edges either way)."""
+    src = int(graph.edge_src[e])
+    return int(graph.edge_dst[e]) if src == v else src
 
 
 @njit(cache=True)
@@ -791,13 +797,7 @@ def cluster_order_us(graph, rel: Relaxation) -> float:
     the test compares with a smaller C; so the largest failing C is found by bisection."""
     if graph.n_ops == 0:
         return 0.0
-    return _cluster_order_bound_us(graph, rel, rel.head_us, rel.tail_us)
-
-
-def _cluster_order_bound_us(graph, rel: Relaxation, head: np.ndarray, tail: np.ndarray) -> float:
-    """``cluster_order_us`` with the windows given by ``head`` and ``tail`` (valid heads and tails
-    for every placement considered), from their longest path up."""
-    p = rel.fastest_us
+    p, head, tail = rel.fastest_us, rel.head_us, rel.tail_us
     lo = float((head + p + tail).max())        # ``comm_path_us``
     through = head[graph.edge_src] + p[graph.edge_src] + rel.cut_us + p[graph.edge_dst] + tail[graph.edge_dst]
     timed = p > 0

@@ -526,13 +526,17 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
         # the cheapest cut into this many stages whose plan holds at most the bytes given, or None
         stage_path = functools.partial(_least_crossing_stages, held, top, forward[cuts], back[cuts], crossing[cuts],
                                        stages)
+
+        def on_devices(stage: np.ndarray) -> np.ndarray:      # each unit's stage -> each op's device
+            return respect_colocation(search.fine, device_order[stage][position])
+
         for attempt in range(search.config.pipeline_rebalance * 2):
             path = stage_path(planned)
             if path is None:        # the estimate allows no cut: plan with more bytes
                 low, planned = planned, (planned + high) / 2
                 continue
             stage = _stages_of(path, cuts, n)
-            devices = respect_colocation(search.fine, device_order[stage][position])
+            devices = on_devices(stage)
             for name, priority in search.pipeline_orders():
                 overflow, _, _ = search.consider(devices, priority, f"{how} (cut {attempt + 1}, {name})")
             search.cheap_cuts += least is None     # stage counts judged (a larger memory judges as many)
@@ -546,8 +550,8 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
         if least is not None and least[0] > 0:
             _shift_stages(search, units, least[1], np.maximum(unit_bytes, 1.0), device_order, how)
         most_bytes = float(top.max() + forward[cuts].max() + back[cuts].max())   # no stage's plan holds more
-        _balanced_cuts(search, stage_path, most_bytes, lambda path: respect_colocation(
-            search.fine, device_order[_stages_of(path, cuts, n)][position]), capacity, stages)
+        _balanced_cuts(search, stage_path, most_bytes, lambda path: on_devices(_stages_of(path, cuts, n)), capacity,
+                       stages)
 
 
 def _stages_of(path: list[int], cuts: np.ndarray, n: int) -> np.ndarray:
