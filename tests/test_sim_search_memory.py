@@ -11,7 +11,7 @@ BUNDLED = ("bert_l-3_training", "gnmt_layers_training", "resnet50_inference", "b
 ZOO = ("zoo:mlp", "zoo:small_cnn", "zoo:transformer:preset=small", "zoo:rnnlm:preset=small")
 # the default rounds (small graphs get extra ones while the gap is wide). Before the second round started from a
 # balanced cheapest cut (a start planned whatever the memory), the small transformer at 1.2 of its peak was 0.4%
-# slower with twice the memory (736.31 against 733.19 us; BENCHMARKS, "How far from optimal", round 6c)
+# slower with twice the memory (736.31 against 733.19 us; benchmarks/rounds/how-far-from-optimal.md, round 6c)
 ZOO_CONFIG = {"max_evals": 300}
 
 

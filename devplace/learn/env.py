@@ -19,7 +19,7 @@ default, the only one by default: the papers leave the order to the framework's 
 ops); with both, each placement scores the faster (a fitting one before one that overflows), and
 ``order_of`` gives that order's priority so the returned placement carries it. devplace's choice:
 sim-search searches the order too, and on GNMT-4 its devices alone, in the topological order, are
-20% slower than with its order (BENCHMARKS.md, "Learning placers", round 4).
+20% slower than with its order (benchmarks/rounds/learning-placers.md, round 4).
 
 ``carried`` (option carry_order, devplace's variant; the papers have no such thing): a priority
 each placement of a batch is also simulated in, the order of the best placement so far, as

@@ -396,7 +396,7 @@ class CriticalMoves:
     the producer to the waiter's, evenly), else an *unload* (a critical-path op on the busiest device, or any op
     there, goes to the least busy device with its group). A move sets every unit (``unit_of``) its group touches.
 
-    Measured on RNNLM (BENCHMARKS.md, "Learning placers", round 7): from the expert (115.96 ms), a greedy search
+    Measured on RNNLM (benchmarks/rounds/learning-placers.md, round 7b): from the expert (115.96 ms), a greedy search
     over these moves, each placement scored in the faster of its topological and upward-rank orders as the
     learners score theirs, reaches 108.43 ms within 6-17 candidates (seeds 0-2); over random co-placement groups
     it ends at 111.81, 115.90 and 112.85 ms after 3,000 (``benchmarks/learner_orders.py``); sim-search itself
