@@ -111,6 +111,7 @@ CHEAP_CUT_SLACK = 1.5
 # (bisected that many times): placements that do not depend on the devices' memory
 BALANCED_CUT_PLANS = (1.0, 1.125, 1.25, 1.5)
 BALANCED_CUT_BISECTIONS = 24
+BALANCED_CUT = "balanced cheapest-cut pipeline"    # how such a start is described, and found again
 
 
 @dataclass(frozen=True)
@@ -596,7 +597,7 @@ def _balanced_cuts(search: _Search, stage_path, most_bytes: float, devices_of, c
             overflow, step, _ = search.measure(devices, priority)
             if overflow == 0:
                 search.offer(step, devices, priority,
-                             f"balanced cheapest-cut pipeline of {stages} stages ({factor:g} x least bytes, {name})")
+                             f"{BALANCED_CUT} of {stages} stages ({factor:g} x least bytes, {name})")
 
 
 def _crossing(graph, position: np.ndarray, edge_cost: np.ndarray, n_positions: int) -> np.ndarray:
@@ -1060,7 +1061,7 @@ def _balanced_start(starts: list[tuple], first: tuple) -> tuple | None:
     """The fastest balanced cheapest-cut start (taken off the list) unless the first round began
     from its placement: a second round whose start does not depend on the memory."""
     for k, start in enumerate(starts):
-        if start[3].startswith("balanced "):
+        if start[3].startswith(BALANCED_CUT):
             return None if np.array_equal(start[1], first[1]) else starts.pop(k)
     return None
 
