@@ -704,7 +704,7 @@ def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: n
                                 cross[k:k + 1], chord[k:k + 1], side[k:k + 1], leave[k:k + 1],
                                 np.array([0, hi - lo], np.int64), route_cut[lo:hi], route_pre[lo:hi],
                                 route_suf[lo:hi], q_bytes[k:k + 1])
-    side_a, side_b, side_us, cut1, cut2, side_exit, via = side_routes
+    side_a, side_b, side_us, cut1, cut2, _, _ = side_routes
     before = np.concatenate([[0.0], np.cumsum(time_us)])
     leaving = side_us + cut1 + cut2 - (before[side_b] - before[side_a + 1])     # what leaving adds
     routes = np.flatnonzero(leaving > 0)
@@ -718,17 +718,17 @@ def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: n
             k_end = max(k_end, int(hi_edge[i]))
             continue
         if members:
-            lo = int(min(lo_edge[j] for j in members))
+            start = int(min(lo_edge[j] for j in members))
             total += _stretch_us(graph, members, len(first), alone, routes, side_routes, leaving, position,
-                                 lo, edge_cut_us[lo:k_end])
+                                 start, edge_cut_us[start:k_end])
         if i is not None:
             members, k_end = [i], int(hi_edge[i])
     return total
 
 
-def _stretch_us(graph, members, n_spans, alone, routes, side_routes, leaving, position, lo: int,
+def _stretch_us(graph, members, n_spans, alone, routes, side_routes, leaving, position, start: int,
                 stretch_cut_us) -> float:
-    """``_fitting_path_us`` of one stretch starting at path position ``lo``: the larger of its spans
+    """``_fitting_path_us`` of one stretch starting at path position ``start``: the larger of its spans
     alone and ``_split_routes_us`` over its side routes, taken longest first, each with no op in
     common with those taken before."""
     side_a, side_b, side_us, _, _, side_exit, via = side_routes
@@ -741,8 +741,8 @@ def _stretch_us(graph, members, n_spans, alone, routes, side_routes, leaving, po
             used.update(ops)
             taken.append(r)
     taken = np.array(taken, np.int64)
-    routes_us = _split_routes_us(np.ascontiguousarray(stretch_cut_us, dtype=np.float64), side_a[taken] - lo,
-                                 side_b[taken] - lo, np.ascontiguousarray(leaving[taken], dtype=np.float64),
+    routes_us = _split_routes_us(np.ascontiguousarray(stretch_cut_us, dtype=np.float64), side_a[taken] - start,
+                                 side_b[taken] - start, np.ascontiguousarray(leaving[taken], dtype=np.float64),
                                  np.ascontiguousarray(side_us[taken], dtype=np.float64))
     return max(routes_us, spans_us)
 

@@ -632,7 +632,7 @@ def bridged_branches_instance(seed: int):
     chain = ["x", "a", "m1", "m2", "b", "w"]
     for name in chain:
         b.add_op(name, compute_us=float(rng.integers(5, 16)))
-    for u, v in zip(chain, chain[1:]):
+    for u, v in itertools.pairwise(chain):
         b.add_edge(u, v, fixed_us=float(rng.integers(1, 16) if (u, v) == ("m1", "m2") else rng.integers(30, 61)))
     for k, (u, v) in enumerate([("x", "m1"), ("x", "m1"), ("m2", "w"), ("m2", "w"), ("a", "b")]):
         b.add_op(f"q{k}", compute_us=float(rng.integers(5, 16)))
