@@ -657,6 +657,34 @@ def test_cuts_split_a_stretch_and_the_branches_between_them_are_charged_per_segm
     assert raised_path >= 12 and raised_best >= 2, (raised_path, raised_best)   # 16 and 3 of 30 when written
 
 
+def test_the_split_of_a_stretch_is_the_least_over_every_cut_set_and_every_set_that_stays():
+    """``_split_routes_us`` against its definition, enumerated: every set of cuts (an inf edge is
+    never cut), and in each segment every set of its routes that stays."""
+    from devplace.bounds import _split_routes_us
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n_edges = int(rng.integers(1, 6))
+        cut_us = rng.choice([1.0, 3.0, 10.0, np.inf], n_edges)
+        a = rng.integers(0, max(n_edges - 1, 1), int(rng.integers(0, 5)))
+        b = np.minimum(n_edges, a + rng.integers(2, 4, len(a)))
+        a, b = a[b >= a + 2], b[b >= a + 2]
+        excess_us, stay_us = rng.uniform(0, 10, len(a)), rng.uniform(0, 10, len(a))
+        least = np.inf
+        for cuts in itertools.product([False, True], repeat=n_edges):
+            if any(cuts[e] and cut_us[e] == np.inf for e in range(n_edges)):
+                continue
+            ends = [0] + [e + 1 for e in range(n_edges) if cuts[e]] + [n_edges + 1]
+            total = sum(cut_us[e] for e in range(n_edges) if cuts[e])
+            for first, after in itertools.pairwise(ends):
+                inside = [j for j in range(len(a)) if a[j] >= first and b[j] < after]
+                total += min(max(sum(stay_us[list(stay)]), max((excess_us[j] for j in inside if j not in stay),
+                                                                default=0.0))
+                             for k in range(len(inside) + 1) for stay in itertools.combinations(inside, k))
+            least = min(least, total)
+        assert _split_routes_us(cut_us, a, b, excess_us, stay_us) == pytest.approx(least, abs=1e-9)
+
+
 def test_a_cheap_cut_between_two_modules_leaves_each_modules_branches_to_pay(monkeypatch):
     """x -> a -> m1 -> m2 -> b -> w (10 us each, edges 40 us but m1 -> m2 10 us), branches x -> q1
     -> m1 and x -> q2 -> m1, m2 -> q3 -> w and m2 -> q4 -> w, and a -> r -> b bridging them (10 us
