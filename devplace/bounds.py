@@ -673,17 +673,25 @@ def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: n
     Per span, ``_path_cut_us`` on the span's own stretch x .. w with that span alone: the sum over a
     stretch's spans, *alone*, is at most what any split of the path pays there, its cuts and its
     spans' charges (restricted to a span, a split is a split of its stretch, no fuller, its cuts a
-    part of the path's; spans share no edges). A split that cuts no edge of the stretch keeps
-    every path op of it on one device d, and then its side routes, taken with no op in common,
-    each either run on d too, between their x's finish and their w's start (F1: d runs them and the
-    path's ops one at a time), or leave d and come back over two cut edges (start(w) >=
-    finish(x) + P_Q + c1 + c2, as for one span): the stretch's first path op to its last takes at
-    least the path's time plus the least, over which routes stay, of the larger of the staying
-    routes' P_Q summed and the largest P_Q + c1 + c2 - I of a leaving one (memory is not asked:
-    fewer constraints, a smaller least). A split that cuts one pays at least the stretch's
-    cheapest cut. So a stretch adds at least min(max(routes, alone), max(cheapest cut, alone)),
-    and stretches share no edges. ``position`` (per op, its place on the path or -1) and
-    ``side_routes`` (``_side_routes``) are the ones the spans were taken from."""
+    part of the path's; spans share no edges). The stretch's side routes, taken with no op in
+    common (R), are charged by the cuts K the split makes inside the stretch (``_split_routes_us``):
+    K splits the stretch's path ops v_lo .. v_hi into *segments*, each on one device d. A route j
+    of R from x_j to w_j inside one segment either runs on d too, between finish(x_j) and
+    start(w_j) (F1: d runs it and the segment's path ops one at a time; all of it descends from x_j
+    and leads to w_j), or leaves d and comes back over two cut edges of its own (start(w_j) >=
+    finish(x_j) + P_j + c1 + c2, as for one span; memory is not asked: fewer constraints, a smaller
+    least). So for a segment v_A .. v_B, start(v_B) - start(v_A) is at least the path's time p_A
+    .. p_B-1 plus the least, over which of its routes stay, of the larger of the staying routes'
+    P_j summed and the largest *excess* P_j + c1 + c2 - I_j of a leaving one (I_j: the path's
+    time strictly between x_j and w_j; the path ops before x_j and after w_j in the segment run
+    too, in order). The cut edge after v_B delays v_B+1 by its cut cost past v_B's finish (F2).
+    Summed over the segments, start(v_hi) - start(v_lo) is at least the path's time p_lo ..
+    p_hi-1, the cuts of K and every segment's charge (routes crossing a cut are charged nothing
+    here). The least over K of that excess is a lower bound on the same interval as the spans
+    alone are, so a stretch adds at least the larger of the two, and stretches share no edges
+    (their intervals start(v_lo) .. start(v_hi) share at most an end). ``position`` (per op, its
+    place on the path or -1) and ``side_routes`` (``_side_routes``) are the ones the spans were
+    taken from."""
     units, time_us, edge_cut_us = rel.unit[path_ops], rel.fastest_us[path_ops], rel.cut_us[path_edges]
     unit_bytes = rel.unit_bytes.astype(np.float64)
     span_of, first, last, cross, chord, side, leave, route_ptr, route_cut, route_pre, route_suf, q_bytes = spans
@@ -696,7 +704,7 @@ def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: n
                                 cross[k:k + 1], chord[k:k + 1], side[k:k + 1], leave[k:k + 1],
                                 np.array([0, hi - lo], np.int64), route_cut[lo:hi], route_pre[lo:hi],
                                 route_suf[lo:hi], q_bytes[k:k + 1])
-    side_a, side_b, side_us, cut1, cut2, side_exit, via = side_routes
+    side_a, side_b, side_us, cut1, cut2, _, _ = side_routes
     before = np.concatenate([[0.0], np.cumsum(time_us)])
     leaving = side_us + cut1 + cut2 - (before[side_b] - before[side_a + 1])     # what leaving adds
     routes = np.flatnonzero(leaving > 0)
@@ -710,17 +718,20 @@ def _fitting_path_us(graph, rel: Relaxation, path_ops: np.ndarray, path_edges: n
             k_end = max(k_end, int(hi_edge[i]))
             continue
         if members:
-            total += _stretch_us(graph, members, len(first), alone, routes, side_us, leaving, side_exit, via,
-                                 position, edge_cut_us[min(lo_edge[j] for j in members):k_end])
+            start = int(min(lo_edge[j] for j in members))
+            total += _stretch_us(graph, members, len(first), alone, routes, side_routes, leaving, position,
+                                 start, edge_cut_us[start:k_end])
         if i is not None:
             members, k_end = [i], int(hi_edge[i])
     return total
 
 
-def _stretch_us(graph, members, n_spans, alone, routes, side_us, leaving, side_exit, via, position,
+def _stretch_us(graph, members, n_spans, alone, routes, side_routes, leaving, position, start: int,
                 stretch_cut_us) -> float:
-    """``_fitting_path_us`` of one stretch: min(max(routes, alone), max(cheapest cut, alone)), the
-    side routes taken longest first, each with no op in common with those taken before."""
+    """``_fitting_path_us`` of one stretch starting at path position ``start``: the larger of its spans
+    alone and ``_split_routes_us`` over its side routes, taken longest first, each with no op in
+    common with those taken before."""
+    side_a, side_b, side_us, _, _, side_exit, via = side_routes
     spans_us = float(sum(alone[j] for j in members if j < n_spans))
     taken, used = [], set()
     for j in sorted((j - n_spans for j in members if j >= n_spans), key=lambda r: -side_us[routes[r]]):
@@ -728,12 +739,62 @@ def _stretch_us(graph, members, n_spans, alone, routes, side_us, leaving, side_e
         ops = graph.edge_src[_route_edges(graph, position, side_exit[r], via)[:-1]].tolist()   # its off-path ops
         if used.isdisjoint(ops):
             used.update(ops)
-            taken.append((leaving[r], side_us[r]))
-    excess = np.array([t[0] for t in taken])
-    stay_us = np.array([t[1] for t in taken])
-    routes_us = min((max(t, float(stay_us[excess > t].sum())) for t in np.concatenate([[0.0], excess])),
-                    default=0.0)
-    return min(max(routes_us, spans_us), max(float(stretch_cut_us.min(initial=np.inf)), spans_us))
+            taken.append(r)
+    taken = np.array(taken, np.int64)
+    routes_us = _split_routes_us(np.ascontiguousarray(stretch_cut_us, dtype=np.float64), side_a[taken] - start,
+                                 side_b[taken] - start, np.ascontiguousarray(leaving[taken], dtype=np.float64),
+                                 np.ascontiguousarray(side_us[taken], dtype=np.float64))
+    return max(routes_us, spans_us)
+
+
+@njit(cache=True)
+def _split_routes_us(edge_cut_us, route_a, route_b, excess_us, stay_us):
+    """Least over the cuts of a stretch (``_fitting_path_us``; path positions 0 .. L, edge i joins
+    i and i + 1, an inf edge is never cut) of the cuts' sum plus, per segment between cuts, the
+    least over which of the routes inside it (positions ``route_a`` .. ``route_b``) stay of the
+    larger of their ``stay_us`` summed and the largest ``excess_us`` of a leaving one. The least
+    over every set that stays is the least over those that keep the routes of the largest
+    excesses (a set's largest leaving excess is that of the first route it leaves, sorted by
+    excess): one sweep per segment."""
+    n_edges = edge_cut_us.shape[0]
+    n_routes = route_a.shape[0]
+    ending = np.argsort(route_b, kind="mergesort")
+    value = np.full(n_edges + 1, np.inf)     # value[s]: least cost before a segment starting at s
+    value[0] = 0.0
+    best = np.inf
+    excess = np.empty(n_routes)              # the segment's routes, largest excess first
+    stay = np.empty(n_routes)
+    for s in range(n_edges + 1):
+        if value[s] == np.inf:
+            continue
+        k = 0                                # routes in the segment s .. t
+        next_end = 0                         # the next route (by its w) to look at
+        charge = 0.0
+        for t in range(s, n_edges + 1):
+            added = False
+            while next_end < n_routes and route_b[ending[next_end]] <= t:
+                r = ending[next_end]
+                next_end += 1
+                if route_a[r] < s:
+                    continue
+                i = k
+                while i > 0 and excess[i - 1] < excess_us[r]:
+                    excess[i], stay[i] = excess[i - 1], stay[i - 1]
+                    i -= 1
+                excess[i], stay[i] = excess_us[r], stay_us[r]
+                k += 1
+                added = True
+            if added:
+                charge = excess[0]           # everything leaves
+                staying = 0.0
+                for i in range(k):
+                    staying += stay[i]
+                    charge = min(charge, max(staying, excess[i + 1] if i + 1 < k else 0.0))
+            if t == n_edges:
+                best = min(best, value[s] + charge)
+            elif edge_cut_us[t] < np.inf:
+                value[t + 1] = min(value[t + 1], value[s] + charge + edge_cut_us[t])
+    return best
 
 
 def cut_threshold_us(graph, cluster, rel: Relaxation) -> float:
