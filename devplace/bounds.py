@@ -847,17 +847,16 @@ def _group_running_min(values, new):
 
 
 def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_limit_s: float = 60.0) -> float:
-    """The critical path pays the cuts it needs so that the activations held at the forward/backward
-    turn fit on the devices it visits: ``critical_path_us`` + an LP's least cut cost, its rows from
-    where those bytes sit along the path and from the least threshold at which a small program over
-    blocks of the path is not proven infeasible.
+    """The critical path pays the costliest cut it needs so that the activations held at the
+    forward/backward turn fit on the devices it visits: ``critical_path_us`` + theta, theta the
+    least threshold at which a small program over blocks of the path is not proven infeasible.
 
     Take P, the critical path of ``critical_path_us``, its units U_P, and a *probe* x on P that takes
     time on every device (the one where the outputs made before x on P and read after it on P weigh
     most). Write anc(x) for x and its ancestors, desc(x) for x and its descendants. An *item* is an
     op f in anc(x), f != x, with output bytes and a reader b in desc(x) whose edge f -> b costs time
-    on every link (cut cost > 0; inf inside a unit), the units of f and b both in U_P (the blocks
-    charge an item with one reader: one in f's unit if there is one). For a threshold t, the *t-blocks* are the units of U_P
+    on every link (cut cost > 0; inf inside a unit), the units of f and b both in U_P (one reader per
+    item: one in f's unit if there is one). For a threshold t, the *t-blocks* are the units of U_P
     joined by the path edges that are not always cut (``forced_cut``) and cost more than t to cut.
     *fits(t)*: the program, binary z[B, d] puts each t-block on one device its units are all
     allowed on; w[i, d] >= 0 with sum_d w[i, d] = 1 and w[i, d] <= z[block of f, d] + z[block of b, d]
@@ -865,20 +864,10 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     units, x's output and temporaries (with x's block) and sum_i bytes_i w[i, d] are at most its
     memory. Coarser blocks only constrain more, so fits is monotone in t. Let t0 be the least t (0
     or a path edge's cut cost) whose next smaller candidate HiGHS proves infeasible (a binary
-    search; a node or time limit counts as "fits": it never raises the bound). Then an LP over P's
-    cut indicators y_e in [0, 1] (1 on always-cut edges, 0 on edges that are never cut) minimises the
-    sum of the cut costs of the edges not always cut, subject to rows of this form: for a set Q of
-    P's positions, the *bytes held in Q* are the persistent bytes of the units with a position in
-    Q, x's output and temporaries if x's unit has one, and each item whose producer's unit and some
-    reader's unit have one; if they need j devices (the j - 1 largest memories hold less), then Q's
-    r intervals hold at least j - r cuts. Q is a prefix [0, a] with a suffix [b, m] (a < pos(x) <=
-    b; r = 2), or a window [a, b] around x (r = 1): per a and j only the least suffix or window
-    counts. And if t0 > 0, the edges not always cut costing t0 or more hold at least one cut. The
-    bound is the critical path plus the LP's optimum (each row has 2-3 nonzeros on prefix sums of
-    y). With the whole path as the window and the t0 row alone the LP's matrix is an interval one,
-    so its optimum is max(t0 + S(k - 2 - f), S(k - 1 - f)) (k the devices the rows' total bytes
-    need, f the always-cut path edges, S(r) the sum of the r cheapest other cut costs): the other
-    rows only raise it.
+    search; a node or time limit counts as "fits": it never raises the bound), k the fewest devices
+    whose memories hold the rows' total bytes, f the always-cut path edges, and S(r) the sum of the
+    r cheapest cut costs of the other path edges between two units. The bound is the critical path
+    plus max(t0 + S(k - 2 - f), S(k - 1 - f)).
 
     Proof: take a valid placement and let t be the largest cut cost of a path edge it cuts that is
     not always cut (0 if none). Along P each op starts no earlier than its predecessor's finish
@@ -897,19 +886,11 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     distinct from each other, from the persistent ones and from x's; each device's row is at most
     what it holds at s, at most its memory (F3). So fits(t) holds, and t >= t0: if t < t0, the
     candidate below t0, proven infeasible, is >= t and its blocks are finer than t's, so the
-    placement would satisfy it, so it cuts an edge costing t >= t0: the t0 row holds. Let y_e be 1
-    where the placement puts edge e's ends on two devices (so always-cut edges have 1 and edges that
-    are never cut 0). An item is on its producer's device or on a device of a reader charged with
-    it (above, for every such reader): so when its producer's unit and a reader's unit both have a
-    position in Q, it is on a device P visits in Q; so are the persistent bytes of a unit with a
-    position in Q (a unit's ops share its device, F4) and x's bytes. At s these bytes are distinct
-    blocks on the devices P visits in Q, each device holding at most its memory (F3): there are at
-    least j of them. An interval of P visits at most 1 + (the cuts inside it) devices, so Q's r
-    intervals hold at least j - r cuts: every row holds, and the placement's y is feasible for the
-    LP. Each cut edge delays its consumer by at least its cut cost (F2) and each op of P runs at
-    least its fastest time (F1, F3): the last op of P finishes no earlier than the critical path
-    plus the cut costs of the cut edges not always cut, at least the LP's optimum; the step time
-    is at least that finish."""
+    placement would satisfy it. Every row's bytes sit on a device P visits (a unit of U_P or an
+    item's end), so P visits at least k devices and changes device at least k - 1 times, each a cut
+    edge: the f always-cut ones, counted in the critical path, and at least k - 1 - f others, one of
+    them (if t > 0) costing t. The last op of P finishes no earlier than the critical path plus the
+    cut costs of these, at least the bound; the step time is at least that finish."""
     base_us = critical_path_us(graph, rel)
     if graph.n_ops == 0 or cluster.n_devices == 1:
         return base_us
@@ -922,10 +903,9 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     column = np.full(rel.allowed.shape[0], -1, np.int64)
     column[path_units] = np.arange(len(path_units))
     items_src, items_dst = _turn_items(graph, rel, column, x)
-    first = np.unique(items_src, return_index=True)[1]          # one reader per item for the blocks
     fixed = rel.unit_bytes[path_units].astype(np.float64)
     fixed[column[rel.unit[x]]] += graph.output_bytes[x] + graph.temp_bytes[x]
-    ends = (column[rel.unit[items_src[first]]], column[rel.unit[items_dst[first]]], graph.output_bytes[items_src[first]])
+    ends = (column[rel.unit[items_src]], column[rel.unit[items_dst]], graph.output_bytes[items_src])
     src_col = column[rel.unit[graph.edge_src[path_edges]]]
     dst_col = column[rel.unit[graph.edge_dst[path_edges]]]
     joinable = ~rel.forced_cut[path_edges] & (src_col != dst_col)
@@ -949,19 +929,11 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
             fitting = middle
         else:
             infeasible = middle
-    # the LP: per path unit its positions' extremes, per byte block (item, unit, x's) its two ends'
-    probe = int(np.flatnonzero(path_ops == x)[0])
-    spots = _unit_spots(rel.unit[path_ops], len(rel.unit_bytes), probe)
-    reader = _reader_spots(spots, first, rel.unit[items_dst])
-    block_bytes = np.concatenate([graph.output_bytes[items_src[first]], rel.unit_bytes[path_units],
-                                  [graph.output_bytes[x] + graph.temp_bytes[x]]]).astype(np.float64)
-    maker = np.concatenate([rel.unit[items_src[first]], path_units, [rel.unit[x]]])
-    sides = (spots[:, maker], np.concatenate([reader, spots[:, path_units], spots[:, [rel.unit[x]]]], axis=1))
-    lower = np.where(rel.forced_cut[path_edges], 1.0, 0.0)
-    upper = np.where(rel.forced_cut[path_edges] | cuttable, 1.0, 0.0)
-    dear = cuttable & (cost >= candidates[fitting]) if fitting > 0 else np.zeros(len(cost), bool)
-    return base_us + _turn_cuts_us(np.where(cuttable, cost, 0.0), lower, upper, dear, sides, block_bytes, probe,
-                                   np.sort(cluster.memory_bytes.astype(np.float64))[::-1], graph.names[x])
+    visited = int(np.searchsorted(np.cumsum(np.sort(cluster.memory_bytes)[::-1]), held * (1 - 1e-12))) + 1
+    others = visited - 1 - int(rel.forced_cut[path_edges].sum())     # joinable cuts the visits need
+    cheapest = np.cumsum(np.concatenate([[0.0], np.sort(cost[cuttable])]))
+    return base_us + float(max(candidates[fitting] + cheapest[min(max(others - 1, 0), len(cheapest) - 1)],
+                               cheapest[min(max(others, 0), len(cheapest) - 1)]))
 
 
 class _TurnBlocks:
@@ -1057,8 +1029,8 @@ def _turn_probe(graph, rel: Relaxation, path_ops: np.ndarray) -> int:
 
 
 def _turn_items(graph, rel: Relaxation, column: np.ndarray, x: int):
-    """Every edge producer -> reader of an item (see ``turn_path_us``), by producer, a reader in the
-    producer's unit first if there is one (the blocks program charges an item with its first)."""
+    """Per item (see ``turn_path_us``), its producer and the reader it is charged with: one reader
+    in the producer's unit if there is one, else the first."""
     n = graph.n_ops
     adjacency = sparse.csr_array((np.ones(graph.n_edges), (graph.edge_src, graph.edge_dst)), shape=(n, n))
     anc = np.zeros(n, bool)
@@ -1070,134 +1042,8 @@ def _turn_items(graph, rel: Relaxation, column: np.ndarray, x: int):
     keep = anc[src] & (src != x) & desc[dst] & (graph.output_bytes[src] > 0) & (rel.cut_us > 0) & (ka >= 0) & (kb >= 0)
     edges = np.flatnonzero(keep)
     edges = edges[np.lexsort((ka[edges] != kb[edges], src[edges]))]     # by producer, a same-unit reader first
-    return src[edges], dst[edges]
-
-
-def _unit_spots(path_units: np.ndarray, n_units: int, probe: int) -> np.ndarray:
-    """Per unit (columns), four positions on the path (``path_units``: each position's unit): its
-    first, its last, its last at or before ``probe``'s (-1 if none) and its first at or after it
-    (len(path_units) if none); a unit off the path gets first past the end and last -1."""
-    m = len(path_units)
-    at = np.arange(m)
-    spots = np.empty((4, n_units), np.int64)
-    spots[0], spots[1], spots[2], spots[3] = m, -1, -1, m
-    np.minimum.at(spots[0], path_units, at)
-    np.maximum.at(spots[1], path_units, at)
-    np.maximum.at(spots[2], path_units[: probe + 1], at[: probe + 1])
-    np.minimum.at(spots[3], path_units[probe:], at[probe:])
-    return spots
-
-
-def _reader_spots(spots: np.ndarray, starts: np.ndarray, reader_unit: np.ndarray) -> np.ndarray:
-    """Per item (``_turn_items``' edges, each item's run beginning at ``starts``), its readers' units
-    taken together as ``_unit_spots`` gives one: the least first, the greatest last, the greatest
-    last at or before the probe, the least first at or after it."""
-    if not len(starts):
-        return np.zeros((4, 0), np.int64)
-    r = spots[:, reader_unit]
-    return np.stack([np.minimum.reduceat(r[0], starts), np.maximum.reduceat(r[1], starts),
-                     np.maximum.reduceat(r[2], starts), np.minimum.reduceat(r[3], starts)])
-
-
-def _turn_cuts_us(cost: np.ndarray, lower: np.ndarray, upper: np.ndarray, dear: np.ndarray, sides, block_bytes,
-                  probe: int, capacity: np.ndarray, probe_name: str) -> float:
-    """The least cost of P's cuts (``turn_path_us``) over the LP of cut indicators y_e in [lower_e,
-    upper_e], a row per prefix and suffix or window whose devices must hold more than j - 1 of
-    the largest memories, and one for the dear edges; HiGHS on prefix sums Y_i = y_0 + .. + y_i-1,
-    so each row has 2-3 nonzeros. ``sides``: the makers' and the readers' ``_unit_spots`` per byte
-    block; ``capacity`` sorted largest first."""
-    import highspy
-
-    m = len(cost) + 1                        # path positions 0 .. m - 1
-    maker, reader = sides
-    total = np.cumsum(capacity)
-    shrink = 1 - 1e-12
-    if block_bytes.sum() * shrink > total[-1]:
-        raise OutOfMemoryError(
-            f"the outputs held when {probe_name!r} starts ({block_bytes.sum() / 2**20:.1f} MiB with the critical "
-            f"path's persistent bytes) exceed the cluster's {total[-1] / 2**20:.1f} MiB: no placement fits; use "
-            f"more or larger devices")
-    rows = []        # (alpha, beta, kind, least): kind 0 prefix [0, alpha] + suffix [beta, m), kind 1 window
-    alphas = np.arange(probe)[:, None]
-    # prefix + suffix: a block is held there iff beta <= min(g(maker), g(reader)), g = m - 1 if first <= alpha else last
-    reach = np.minimum(np.where(maker[0] <= alphas, m - 1, maker[1]), np.where(reader[0] <= alphas, m - 1, reader[1]))
-    beta = -_reach(-reach, block_bytes * shrink, total[1:-1])            # levels j = 3 .. n
-    for level in range(beta.shape[1]):
-        ok = beta[:, level] >= probe
-        rows += [(int(a), int(b), 0, level + 1) for a, b in _tightest(np.flatnonzero(ok), beta[ok, level], -1)]
-    alphas = np.arange(probe + 1)[:, None]
-    # window [alpha, beta]: held iff beta >= max(h(maker), h(reader)), h = probe if its last at or before the probe >= alpha
-    reach = np.maximum(np.where(maker[2] >= alphas, probe, maker[3]), np.where(reader[2] >= alphas, probe, reader[3]))
-    beta = _reach(reach, block_bytes * shrink, total[:-1])              # levels j = 2 .. n
-    for level in range(beta.shape[1]):
-        ok = beta[:, level] <= m - 1
-        rows += [(int(a), int(b), 1, level + 1) for a, b in _tightest(np.flatnonzero(ok), beta[ok, level], 1)]
-    # columns Y_0 .. Y_m-1; rows: y_e = Y_e+1 - Y_e in [lower, upper], then the memory rows, then the dear one
-    r_i, c_i, v_i, lo, hi = [], [], [], [], []
-    edges = np.arange(m - 1)
-    r_i += [edges, edges]
-    c_i += [edges + 1, edges]
-    v_i += [np.ones(m - 1), -np.ones(m - 1)]
-    lo.append(lower)
-    hi.append(upper)
-    for k, (a, b, kind, least) in enumerate(rows):
-        row = m - 1 + k
-        if kind == 0:      # Y_a + (Y_m-1 - Y_b) >= least
-            cols, vals = [a, m - 1, b], [1.0, 1.0, -1.0]
-        else:              # Y_b - Y_a >= least
-            cols, vals = [b, a], [1.0, -1.0]
-        r_i.append(np.full(len(cols), row))
-        c_i.append(np.array(cols))
-        v_i.append(np.array(vals))
-    lo.append([float(least) for *_, least in rows])
-    hi.append(np.full(len(rows), np.inf))
-    if dear.any():        # some cut non-forced edge costs t0 or more: the sum of its y_e >= 1
-        sign = np.concatenate([[0], dear]).astype(np.float64) - np.concatenate([dear, [0]])
-        cols = np.flatnonzero(sign)
-        r_i.append(np.full(len(cols), m - 1 + len(rows)))
-        c_i.append(cols)
-        v_i.append(sign[cols])
-        lo.append([1.0])
-        hi.append([np.inf])
-    n_rows = m - 1 + len(rows) + int(dear.any())
-    matrix = sparse.csc_array((np.concatenate(v_i), (np.concatenate(r_i), np.concatenate(c_i))), shape=(n_rows, m))
-    col_cost = np.concatenate([[0.0], cost]) - np.concatenate([cost, [0.0]])
-    col_upper = np.full(m, float(m))
-    col_upper[0] = 0.0
-    solver = highs_solver(matrix, col_cost, np.zeros(m), col_upper, np.concatenate(lo), np.concatenate(hi),
-                          threads=1, random_seed=0)
-    solver.run()
-    status = solver.getModelStatus()
-    if status == highspy.HighsModelStatus.kInfeasible:
-        raise OutOfMemoryError(
-            f"the outputs held when {probe_name!r} starts cannot be spread over the devices the critical path "
-            f"can visit: no placement fits; use more or larger devices")
-    if status != highspy.HighsModelStatus.kOptimal:
-        return 0.0
-    return max(0.0, float(solver.getInfo().objective_function_value))
-
-
-def _reach(key: np.ndarray, nbytes: np.ndarray, limits: np.ndarray) -> np.ndarray:
-    """Per row of ``key`` (rows x blocks) and per limit, the least t such that the blocks with
-    key <= t hold more than the limit; a sentinel past every key (max + 1) where none does."""
-    if key.shape[0] == 0 or key.shape[1] == 0 or len(limits) == 0:
-        return np.full((key.shape[0], len(limits)), np.iinfo(np.int64).max // 2, np.int64)
-    order = np.argsort(key, axis=1, kind="stable")
-    ordered = np.take_along_axis(key, order, axis=1)
-    held = np.cumsum(nbytes[order], axis=1)
-    index = np.stack([(held <= limit).sum(axis=1) for limit in limits], axis=1)    # first index over each limit
-    past = np.concatenate([ordered, np.full((key.shape[0], 1), np.iinfo(np.int64).max // 2)], axis=1)
-    return np.take_along_axis(past, index, axis=1)
-
-
-def _tightest(alpha: np.ndarray, beta: np.ndarray, keep: int):
-    """The (alpha, beta) pairs worth a row: per beta the least alpha (``keep`` -1, prefix rows) or the
-    greatest (1, window rows); the others are implied by it."""
-    out = {}
-    for a, b in zip(alpha.tolist(), beta.tolist()):
-        if b not in out or (a - out[b]) * keep > 0:
-            out[b] = a
-    return [(a, b) for b, a in out.items()]
+    first = np.unique(src[edges], return_index=True)[1]
+    return src[edges[first]], dst[edges[first]]
 
 
 @njit(cache=True)
