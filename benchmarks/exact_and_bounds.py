@@ -14,6 +14,9 @@ Writes ``benchmarks/results/exact_and_bounds_zoo.json``.
 
     .venv/bin/python benchmarks/exact_and_bounds.py [--time-limit 120] [--graphs NAME ...] [--out FILE]
     .venv/bin/python benchmarks/exact_and_bounds.py --zoo [--models NAME ...] [--time-limit 60]
+
+``--bounds-only --out FILE``: the bounds alone (seconds included), the gap measured against the best
+placement of the committed results file, so a bound's change is measured in seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -39,13 +42,19 @@ MEMORY_FRACTION = 0.3
 EXACT_MAX_OPS = 1000
 
 
-def run(name: str, graph, cluster, time_limit_s: float) -> dict:
+def run(name: str, graph, cluster, time_limit_s: float, best_ms: float | None = None) -> dict:
+    """One graph's row; with ``best_ms`` (the committed best placement) the bounds alone."""
     row: dict = {"graph": name, "ops": graph.n_ops, "edges": graph.n_edges, "devices": cluster.n_devices,
                  "memory_mib": cluster.memory_bytes[0] / 2**20, "comm_model": cluster.comm_model}
     began = time.perf_counter()
     bounds = lower_bounds(graph, cluster)
     row["bounds_s"] = round(time.perf_counter() - began, 3)
     row["bounds_ms"] = {k: (v / 1e3 if isinstance(v, float) else v) for k, v in bounds.items()}
+    if best_ms is not None:
+        row |= {"best_ms": best_ms, "certified_bound_ms": bounds["best_us"] / 1e3,
+                "gap": best_ms / (bounds["best_us"] / 1e3) - 1}
+        print(json.dumps(row), flush=True)
+        return row
     search = dp.place(graph, cluster, algo="sim-search")
     row["sim_search_ms"] = dp.simulate(graph, cluster, search).step_time_us / 1e3
     row["sim_search_s"] = round(search.placement_time_s, 2)
@@ -66,18 +75,18 @@ def run(name: str, graph, cluster, time_limit_s: float) -> dict:
     return row
 
 
-def bundled(name: str, time_limit_s: float) -> dict:
+def bundled(name: str, time_limit_s: float, best_ms: float | None = None) -> dict:
     graph = dp.load_graph(dp.example_path(f"{name}.json"))
-    return run(name, graph, cluster_for(graph), time_limit_s)
+    return run(name, graph, cluster_for(graph), time_limit_s, best_ms)
 
 
-def zoo(name: str, time_limit_s: float) -> dict:
+def zoo(name: str, time_limit_s: float, best_ms: float | None = None) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     from reproduce_papers import PRESET, cached_graph
 
     graph = cached_graph(f"zoo:{name}")
     machine = dp.load_cluster(PRESET)
-    row = run(name, graph, machine.with_memory_fraction(MEMORY_FRACTION), time_limit_s)
+    row = run(name, graph, machine.with_memory_fraction(MEMORY_FRACTION), time_limit_s, best_ms)
     row["one_device_ample_ms"] = dp.simulate(graph, machine, [0] * graph.n_ops).step_time_us / 1e3
     return row
 
@@ -92,11 +101,12 @@ def markdown(rows: list[dict]) -> str:
         b, e = r["bounds_ms"], r.get("exact")
         exact = "-" if e is None else (f"{e['step_ms']:.3f} / {e['mip_bound_ms']:.3f}, {e['status']}, "
                                        f"{e['solve_s']:.0f}")
+        search = f"{r['sim_search_ms']:.3f}, {r['sim_search_rounds']}" if "sim_search_ms" in r else "-"
         lines.append(
             f"| {r['graph']} ({r['devices']} x {r['memory_mib']:,.0f}) | {r['ops']:,} "
             f"| {b['critical_path_us']:.3f} / {b.get('comm_path_us', float('nan')):.3f} / {b['work_us']:.3f} / {b.get('interval_work_us', float('nan')):.3f} / "
             f"{b['memory_path_us']:.3f} / {b['cut_threshold_us']:.3f} / {b.get('turn_path_us', float('nan')):.3f}, "
-            f"{r['bounds_s']:.1f} | {r['sim_search_ms']:.3f}, {r['sim_search_rounds']} | {exact} "
+            f"{r['bounds_s']:.1f} | {search} | {exact} "
             f"| {r['certified_bound_ms']:.3f} | {r['best_ms']:.3f} | {100 * r['gap']:.1f}% |")
     return "\n".join(lines)
 
@@ -109,21 +119,28 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=list(ZOO), choices=ZOO)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and stop")
+    parser.add_argument("--bounds-only", action="store_true",
+                        help="the bounds alone, gaps against the committed results' best placements (needs --out)")
     args = parser.parse_args()
-    out = args.out or (ZOO_RESULTS if args.zoo else RESULTS)
+    committed = ZOO_RESULTS if args.zoo else RESULTS
+    if args.bounds_only and args.out is None:
+        parser.error("--bounds-only needs --out FILE: it must not overwrite the committed results it reads")
+    out = args.out or committed
     if args.table:
         print(markdown(json.loads(out.read_text())["rows"]))
         return
+    best = ({r["graph"]: r["best_ms"] for r in json.loads(committed.read_text())["rows"]} if args.bounds_only
+            else {})
     if args.zoo:
-        rows = [zoo(name, args.time_limit) for name in args.models]
+        rows = [zoo(name, args.time_limit, best.get(name)) for name in args.models]
     else:
-        rows = [bundled(name, args.time_limit) for name in args.graphs]
+        rows = [bundled(name, args.time_limit, best.get(name)) for name in args.graphs]
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, json.dumps({
         "machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine(),
                     "cpus": os.cpu_count(), "load_1min": round(os.getloadavg()[0], 2)},
         "time_limit_s": args.time_limit, "exact_start": "sim-search (exact's default)",
-        "memory_fraction": MEMORY_FRACTION if args.zoo else None, "rows": rows,
+        "memory_fraction": MEMORY_FRACTION if args.zoo else None, "bounds_only": args.bounds_only, "rows": rows,
     }, indent=1))
     print(markdown(rows))
 
