@@ -33,6 +33,8 @@ from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 
 import devplace as dp  # noqa: E402
 from devplace import bounds  # noqa: E402
+from devplace.bounds import memory_path  # noqa: E402
+from devplace.bounds.relaxation import _longest_paths, _trace  # noqa: E402
 from devplace.fileio import write_text_atomic  # noqa: E402
 from devplace.io.dnn_partitioning import cluster_for  # noqa: E402
 
@@ -40,7 +42,7 @@ OUT = RESULTS / "stretch_charges.json"
 MEMORY_FRACTION = 0.3
 ZOO = ["mlp", "small_cnn", "transformer", "rnnlm", "resnet50", "inception_v3", "gnmt", "nasnet"]
 BUNDLED = ["bert_l-3_training", "gnmt_layers_training", "resnet50_inference", "bert_l-3_inference"]
-SPLIT = bounds._split_routes_us
+SPLIT = memory_path._split_routes_us
 
 
 def unsplit_us(cut_us, a, b, excess_us, stay_us) -> float:
@@ -59,23 +61,23 @@ def stretches(graph, cluster, rel) -> dict:
         return value
 
     charged = []
-    stretch = bounds._stretch_us
+    stretch = memory_path._stretch_us
 
     def per_stretch(graph, members, n_spans, alone, *rest):
         value = stretch(graph, members, n_spans, alone, *rest)
         charged.append((float(sum(alone[j] for j in members if j < n_spans)), value))
         return value
 
-    with mock.patch.object(bounds, "_split_routes_us", split), mock.patch.object(bounds, "_stretch_us", per_stretch):
+    with mock.patch.object(memory_path, "_split_routes_us", split), mock.patch.object(memory_path, "_stretch_us", per_stretch):
         path_bound_us = bounds.memory_path_us(graph, cluster, rel, n_paths=1)
-    level, parent = bounds._longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges))
-    path_ops, _ = bounds._trace(graph, level, parent)
+    level, parent = _longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges))
+    path_ops, _ = _trace(graph, level, parent)
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(len(path_ops))
-    side_a, side_b, side_us, cut1, cut2, _, _ = bounds._side_routes(
+    side_a, side_b, side_us, cut1, cut2, _, _ = memory_path._side_routes(
         graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr, graph.succ_edge,
         graph.edge_dst, position, np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
-        np.ascontiguousarray(rel.cut_us, dtype=np.float64), bounds.MAX_SPAN)
+        np.ascontiguousarray(rel.cut_us, dtype=np.float64), memory_path.MAX_SPAN)
     before = np.concatenate([[0.0], np.cumsum(rel.fastest_us[path_ops])])
     excess = side_us + cut1 + cut2 - (before[side_b] - before[side_a + 1])
     taken = [r["routes"] for r in rows]
@@ -105,7 +107,7 @@ def measure(name: str, graph, cluster) -> dict:
     rel = bounds.relaxation(graph, cluster)
     row = {"graph": name, "ops": graph.n_ops, "stretches": stretches(graph, cluster, rel)}
     row["after"] = timed_bounds(graph, cluster)
-    with mock.patch.object(bounds, "_split_routes_us", unsplit_us):
+    with mock.patch.object(memory_path, "_split_routes_us", unsplit_us):
         row["before"] = timed_bounds(graph, cluster)
     print(json.dumps(row), flush=True)
     return row

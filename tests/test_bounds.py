@@ -436,13 +436,13 @@ def residual_instance(seed: int, n_ops: int = 7, n_devices: int = 3):
 
 def without_spans(monkeypatch):
     """The bounds as they were before spans were charged: none on any path."""
-    from devplace import bounds
+    from devplace.bounds import memory_path
 
     none, empty = np.zeros(0, np.int64), np.zeros(0)
-    monkeypatch.setattr(bounds, "_path_spans", lambda graph, rel, path_ops, position, side_routes: (
+    monkeypatch.setattr(memory_path, "_path_spans", lambda graph, rel, path_ops, position, side_routes: (
         np.full(max(len(path_ops) - 1, 0), -1, np.int64), none, none, empty, np.zeros(0, bool), empty, empty,
         np.zeros(1, np.int64), empty, empty, empty, empty))
-    monkeypatch.setattr(bounds, "_side_routes", lambda *arrays: (
+    monkeypatch.setattr(memory_path, "_side_routes", lambda *arrays: (
         none, none, empty, empty, empty, none, np.full(len(arrays[-3]), -1, np.int64)))
 
 
@@ -616,10 +616,10 @@ def test_side_branches_that_overlap_on_a_path_that_fits_one_device_all_run_on_it
 
 def unsplit_stretches(patch):
     """Stretches charged as before cuts split them: their routes with no cut inside, or the cheapest cut."""
-    from devplace import bounds
+    from devplace.bounds import memory_path
 
-    split = bounds._split_routes_us
-    patch.setattr(bounds, "_split_routes_us", lambda cut_us, a, b, excess_us, stay_us: min(
+    split = memory_path._split_routes_us
+    patch.setattr(memory_path, "_split_routes_us", lambda cut_us, a, b, excess_us, stay_us: min(
         split(np.full_like(cut_us, np.inf), a, b, excess_us, stay_us), float(cut_us.min(initial=np.inf))))
 
 
@@ -660,7 +660,7 @@ def test_cuts_split_a_stretch_and_the_branches_between_them_are_charged_per_segm
 def test_the_split_of_a_stretch_is_the_least_over_every_cut_set_and_every_set_that_stays():
     """``_split_routes_us`` against its definition, enumerated: every set of cuts (an inf edge is
     never cut), and in each segment every set of its routes that stays."""
-    from devplace.bounds import _split_routes_us
+    from devplace.bounds.memory_path import _split_routes_us
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -743,7 +743,7 @@ def checked_bounds(graph, cluster, seed: int, n_orders: int = 6) -> dict:
 
 def test_two_long_ops_that_must_share_a_device_run_in_turn_and_raise_the_interval_bound(monkeypatch):
     """Never above the brute-force optimum; above every bound without the pair step on many."""
-    from devplace import bounds as module
+    from devplace.bounds import interval_work as module
 
     raised = 0
     for seed in range(30):
@@ -762,7 +762,7 @@ def test_a_pair_that_shares_a_device_runs_in_turn(monkeypatch):
     and the interval bound without the pair step 50: the windows let a, b, t and x spread evenly.
     With a first, b runs no earlier than 20 and, beside a's device, x's 40 and t's 20 leave no room:
     60; with b first, a starts at 20 and t at 40: 60. The brute-force optimum is 60."""
-    from devplace import bounds as module
+    from devplace.bounds import interval_work as module
 
     b = GraphBuilder(["gpu"])
     for name, us in (("s", 0.0), ("a", 20.0), ("b", 20.0), ("t", 20.0), ("x", 40.0)):

@@ -1,0 +1,72 @@
+"""Certified lower bounds on the step time: how far from optimal a placement can be.
+
+Each bound is at most the step time the simulator gives *every* valid placement (one that keeps
+colocation groups together and fits in memory) under *any* priority, so it is at most the optimum,
+the smallest simulated step time over placements and priorities. Each is proven from these facts
+about one simulated run (``devplace/sim/engine.py``, ``docs/simulator.md``); the step time is the
+latest finish:
+
+- (F1) an op on device ``d`` runs from its start to start + its compute time for ``d``'s kind +
+  ``op_gap_us``, and a device runs one op at a time;
+- (F2) for an edge u -> v, v starts no earlier than u finishes; if they are on different devices, no
+  earlier than u's finish plus the edge's transfer time on that link (the one transfer of u's output
+  to v's device begins at u's finish or later and lasts as long as its longest edge there). Channel
+  queues and message overheads only add to this, so the bounds leave them out;
+- (F3) persistent bytes are allocated at time 0 and never freed, so on a device where the placement
+  fits, the persistent bytes of its ops are at most its memory; when an op that takes time there
+  starts, its output and temporaries are allocated too (they live until it finishes at least), so
+  those persistent bytes plus the op's output and temporary bytes are at most the memory as well;
+- (F4) the ops of a colocation group share a device (``devplace.place`` refuses anything else).
+
+A *unit* is a colocation group, or an op in none. An op may only go where its unit's persistent
+bytes fit, with room for the output and temporaries of each of its ops that takes time there (F3,
+F4), and its *fastest time* is its least time over those devices. An edge's *cut
+cost* is its least transfer time over ordered pairs of distinct devices that its producer's and
+its consumer's units may use (F2, F3); an edge inside a unit, or between units that may only share
+one device, is never cut (F4; cut cost inf).
+
+One bound (or one family) per module, each proven in its docstring from these facts: ``classic``
+(critical path, communication path, work, largest group), ``interval_work``, ``memory_path``,
+``cut_threshold`` (and the cluster order), ``turn_path``; ``relaxation`` is what they all read.
+
+>>> from devplace.graph import chain_graph
+>>> from devplace.cluster import uniform_cluster
+>>> b = lower_bounds(chain_graph([10.0, 20.0, 30.0]), uniform_cluster(2))
+>>> b["critical_path_us"], b["work_us"], b["best"]
+(60.0, 30.0, 'critical_path_us')
+"""
+
+from __future__ import annotations
+
+from devplace.bounds.classic import comm_path_us, critical_path_us, largest_group_us, work_us
+from devplace.bounds.cut_threshold import cluster_order_us, cut_threshold_us
+from devplace.bounds.interval_work import interval_work_us
+from devplace.bounds.memory_path import memory_path_us
+from devplace.bounds.relaxation import Relaxation, comm_windows, relaxation
+from devplace.bounds.turn_path import turn_path_us
+
+BOUND_NAMES = ("critical_path_us", "comm_path_us", "work_us", "largest_group_us", "interval_work_us", "memory_path_us",
+               "cut_threshold_us", "turn_path_us", "cluster_order_us")
+
+
+def lower_bounds(graph, cluster) -> dict:
+    """Every bound (microseconds), the best (largest) and its name.
+
+    An OutOfMemoryError if memory alone shows that no placement fits."""
+    rel = relaxation(graph, cluster)
+    bounds = {
+        "critical_path_us": critical_path_us(graph, rel),
+        "comm_path_us": comm_path_us(graph, rel),
+        "work_us": work_us(rel),
+        "largest_group_us": largest_group_us(rel),
+        "interval_work_us": interval_work_us(graph, cluster, rel),
+        "memory_path_us": memory_path_us(graph, cluster, rel),
+        "cut_threshold_us": cut_threshold_us(graph, cluster, rel),
+        "cluster_order_us": cluster_order_us(graph, rel),
+        "turn_path_us": turn_path_us(graph, cluster, rel),
+    }
+    best = max(bounds, key=bounds.__getitem__)
+    return bounds | {"best_us": bounds[best], "best": best}
+
+
+__all__ = ["lower_bounds", "relaxation", "Relaxation", "BOUND_NAMES", "comm_windows", *BOUND_NAMES]
