@@ -231,10 +231,11 @@ def offload_trials(graph, cluster) -> dict:
     from devplace.placers._layers import UnitLayers
     from devplace.placers._moves import respect_colocation, with_colocation
     from devplace.portfolio import sim_search as ss
+    from devplace.portfolio.sim_search.search import _Search
 
     placement = dp.place(graph, cluster, algo="sim-search")
     devices, priority = np.asarray(placement.devices), placement.priority
-    search = ss._Search(graph, cluster, ss.SearchConfig(), 0)
+    search = _Search(graph, cluster, ss.SearchConfig(), 0)
     sim, fine = search.sim, search.fine
     base = sim.run(dp.Placement(devices=devices, priority=priority))
     rel = bounds.relaxation(graph, cluster)

@@ -104,7 +104,7 @@ def orders(graph, cluster, sim, devices: np.ndarray, other: np.ndarray, sim_sear
 
 def sim_search_own_orders(graph, cluster) -> dict:
     """sim-search (seed 0) with every candidate scored as the learners score theirs (the faster of ``ORDERS``)."""
-    from devplace.portfolio import sim_search
+    from devplace.portfolio.sim_search.search import _Search
 
     env = PlacementEnv(graph, cluster, np.arange(graph.n_ops), ORDERS)
 
@@ -112,13 +112,13 @@ def sim_search_own_orders(graph, cluster) -> dict:
         search.evals += 1
         return float(env.evaluate(devices[None]).step_us[0])
 
-    original = sim_search._Search.step_us
-    sim_search._Search.step_us = learners_score
+    original = _Search.step_us
+    _Search.step_us = learners_score
     try:
         began = time.perf_counter()
         placed = dp.place(graph, cluster, algo="sim-search", seed=0)
     finally:
-        sim_search._Search.step_us = original
+        _Search.step_us = original
     devices = np.asarray(placed.devices, dtype=np.int64)
     return {"step_us_in_own_orders": float(env.evaluate(devices[None]).step_us[0]), "evals": placed.options["evals"],
             "seconds": round(time.perf_counter() - began, 1)}

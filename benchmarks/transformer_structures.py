@@ -42,6 +42,8 @@ from devplace.placers._layers import UnitLayers  # noqa: E402
 from devplace.placers._moves import (  # noqa: E402
     Units, held_bytes, pipeline_devices, respect_colocation, with_colocation)
 from devplace.portfolio import sim_search as ss  # noqa: E402
+from devplace.portfolio.sim_search.anneal import _lower_bound_us, _rounds  # noqa: E402
+from devplace.portfolio.sim_search.search import _Search  # noqa: E402
 from devplace.transforms import coplacement_groups  # noqa: E402
 
 OUT = RESULTS / "transformer_structures.json"
@@ -86,12 +88,12 @@ def critical_descent(search, devices: np.ndarray, priority, units: Units) -> tup
 
 def annealed(graph, cluster, bound_us: float, devices: np.ndarray, priority, how: str) -> dict:
     """One annealing round of sim-search (default options, seed 0) from the start ``devices``."""
-    search = ss._Search(graph, cluster, ss.SearchConfig(max_rounds=1, small_graph_op_evals=0), 0)
+    search = _Search(graph, cluster, ss.SearchConfig(max_rounds=1, small_graph_op_evals=0), 0)
     search.closed_us = bound_us * (1.0 + search.config.closed_gap)
     step = search.sim.step_time_us(devices, priority)
     search.offer(step, devices, priority, how)
     began = time.perf_counter()
-    ss._rounds(search, bound_us)
+    _rounds(search, bound_us)
     return {"annealed_ms": round(search.best[0] / 1e3, 3), "annealed_s": round(time.perf_counter() - began, 1),
             "annealed_evals": search.evals}
 
@@ -99,7 +101,7 @@ def annealed(graph, cluster, bound_us: float, devices: np.ndarray, priority, how
 def main() -> None:
     graph = cached_graph("zoo:transformer")
     cluster = dp.load_cluster(PRESET).with_memory_fraction(MEMORY_FRACTION)
-    bound_us = ss._lower_bound_us(graph, cluster)
+    bound_us = _lower_bound_us(graph, cluster)
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_1min_start": os.getloadavg()[0],
               "bound_ms": bound_us / 1e3, "floor_ms": bound_us * 1.1 / 1e3, "seeds": [], "edits": [], "structures": []}
     placements = {}
@@ -113,7 +115,7 @@ def main() -> None:
                                 "s": round(time.perf_counter() - began, 1), "load_1min": os.getloadavg()[0]})
         print(json.dumps(report["seeds"][-1]), flush=True)
 
-    search = ss._Search(graph, cluster, ss.SearchConfig(), 0)
+    search = _Search(graph, cluster, ss.SearchConfig(), 0)
     base = placements[0].devices.copy()
     layers = UnitLayers.of(graph)
     layer = layers.layer_of_unit()[layers.unit_of]

@@ -292,7 +292,7 @@ def test_held_bytes_count_only_what_backward_and_update_ops_read_later():
 def test_updates_first_frees_a_gradient_before_the_next_backward_op():
     """On one device, the topological order runs b0 before u1, so g1's 2000-byte weight gradient
     is still alive when b0 allocates its 3000; updates first runs u1 first and frees it."""
-    from devplace.portfolio.sim_search import _Search
+    from devplace.portfolio.sim_search.search import _Search
 
     g = _two_layer_training_graph()
     search = _Search(g, uniform_cluster(2, memory_bytes=1e6), SearchConfig(), 0)
@@ -309,7 +309,8 @@ def test_layer_move_puts_a_whole_module_with_its_backward_ops_and_weights_on_ano
     one, both time steps; where each layer runs once, in one piece, no layer move is drawn."""
     from test_baselines import scoped_step
 
-    from devplace.portfolio.sim_search import _critical_info, _propose, _Search
+    from devplace.portfolio.sim_search.anneal import _critical_info, _propose
+    from devplace.portfolio.sim_search.search import _Search
 
     config = SearchConfig(move_weights=(("layer", 1.0),))
     once = scoped_step([(f"layers.{k}", 10.0, 100.0) for k in range(3)])

@@ -1,0 +1,75 @@
+"""The search's options, one dataclass, and its name."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from devplace.placers.options import option
+
+log = logging.getLogger("devplace.portfolio.sim_search")    # one logger for the whole search
+
+
+NAME = "sim-search"
+
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Every knob of the search, in the order the search uses them; each is a place() option."""
+
+    seeds: tuple[str, ...] = option(
+        ("single", "expert", "m-topo", "m-etf", "heft", "m-sct", "metis", "round-robin", "random",
+         "accelerate-auto", "pipeline-partition", "fx-size-partition",
+         "m-topo+opt", "m-etf+opt", "m-sct+opt", "heft+opt", "metis+opt", "metis+fwd"),
+        "placers whose placements start the search: ALGO or ALGO+opt / ALGO+fwd")
+    max_ops_raw: int = option(6000, "seeds run on the full graph only up to this many ops (else +opt only)")
+    max_ops_costly: int = option(3000, "m-SCT runs on the full graph only up to this many ops (HEFT up to max_ops_raw)")
+    max_evals: int = option(2000, "simulator calls per annealing round (the budget; makes results reproducible)")
+    max_rounds: int = option(4, "annealing rounds at most; a round after the first runs only while the best is "
+                                "more than target_gap above the certified lower bound")
+    small_graph_op_evals: float = option(2e7, "rounds past max_rounds (up to 4 x max_rounds) while the gap is above "
+                                              "target_gap and evals x ops stays under this: a small graph's round "
+                                              "costs little (resnet50_inference, 604 ops: 0.3 s), a large one's "
+                                              "minutes (GNMT, 24,832 ops: every zoo model stops at max_rounds)")
+    target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
+    closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
+    time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
+                                               "none, max_evals alone decides, so the seed makes it reproducible)")
+    temperature_start: float = option(0.01, "annealing: accept a move d% slower with probability "
+                                            "exp(-d / temperature%), relative to the best step time, at the start")
+    temperature_end: float = option(0.0002, "annealing temperature at the end of the budget")
+    restart_after: int = option(250, "evals without a new best of the round before continuing from it")
+    move_weights: tuple[tuple[str, float], ...] = option(
+        (("move", 3.0), ("swap", 1.0), ("run", 2.0), ("pull", 2.0), ("unload", 1.0), ("layer", 1.0)),
+        "relative weights of the moves (move, swap, run, pull, unload, layer)")
+    critical_share: float = option(0.6, "chance a move starts from a unit on the critical path")
+    coarse_share: float = option(0.5, "chance a move acts on co-placement groups rather than colocation units")
+    coarse_units: str = option(
+        "coplacement", "coarse units: coplacement groups, leaders (a forward op and its backward ops), or auto "
+        "(leaders when one co-placement group holds over half the ops)", choices=("coplacement", "leaders", "auto"))
+    run_max_units: int = option(16, "longest run of units a run move shifts")
+    reorder_every: int = option(100, "evals between tries of other schedule orders")
+    pipeline_starts: bool = option(True, "try consecutive stages as starts: the forward pass balanced by bytes, and "
+                                         "the whole step cut where the least transfer time crosses")
+    pipeline_rebalance: int = option(3, "cuts per stage count, each re-weighting a stage by its simulated peak")
+    pipeline_shifts: int = option(12, "simulator calls shifting the boundaries of the least overflowing cut "
+                                      "(per stage count and balance) until it fits")
+    layer_descent_evals: int = option(4000, "simulator calls for the layer descents after the annealing (where layers "
+                                            "interleave: the fastest whole-layer move each step, from the annealing's "
+                                            "best, the best start and the expert; 0: none)")
+    layer_search_evals: int = option(2000, "simulator calls for the layer search before the layer descents (where "
+                                           "layers interleave: random moves of whole layers from starts laid out "
+                                           "layer by layer, each kept if faster; 0: none)")
+    layer_search_starts: int = option(4, "how many of the fastest distinct layer-by-layer starts the layer search "
+                                         "shares its evals over")
+    repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
+    repair_patience: int = option(150, "evals without less overflow before repairing the next start")
+    repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")
+    repair_run_share: float = option(0.5, "chance a repair move shifts a run of groups at a stage's edge")
+    repair_run_fraction: float = option(0.25, "longest repair run: this share of the overflowing device's groups")
+    robust_samples: int = option(0, "score candidates by the mean step time over this many perturbed cost models "
+                                    "(devplace.robust, from the seed) instead of the nominal one; that many times "
+                                    "slower (0: nominal)")

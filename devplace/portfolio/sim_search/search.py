@@ -1,0 +1,158 @@
+"""The search's state: the graph's units, the best placement so far, how a candidate is scored
+and judged against memory, and the starts it keeps."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from devplace import progress
+from devplace.graph import Role
+from devplace.placement import Placement
+from devplace.placers._moves import Units, leader_units, sources_late_order, upward_rank_us, with_colocation
+from devplace.portfolio.sim_search.config import SearchConfig, log
+from devplace.portfolio.sim_search.layers import interleaved_layers
+from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
+from devplace.sim import Simulator
+from devplace.sim.result import usable_memory_bytes
+
+
+# ------------------------------------------------------------------------------------- state
+class _Search:
+    """The simulator, the units and the incumbent; ``evaluate`` is the only way a placement is judged."""
+
+    def __init__(self, graph, cluster, config: SearchConfig, seed: int):
+        from devplace.transforms import colocation_units, coplacement_groups
+
+        self.graph, self.cluster, self.config = graph, cluster, config
+        self.sim = Simulator(graph, cluster)
+        models = perturbed_models(graph, cluster, check_count("robust_samples", config.robust_samples), seed,
+                                  first=SEARCH_FIRST)
+        self.robust_sims = [Simulator(m.graph, m.cluster) for m in models]
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.n_dev = cluster.n_devices
+        self.began = time.perf_counter()
+        self.evals = 0
+        self.fine = Units.from_labels(graph, colocation_units(graph))
+        self.coarse = Units.from_labels(graph, coplacement_groups(graph))
+        # each op's position in the step order: topological, each weight just before its first reader
+        self.step_rank = np.argsort(sources_late_order(graph))
+        self.leaders = leader_units(graph, rank=self.step_rank)   # forward op + the ops that follow it; widened by colocation
+        self.layers = interleaved_layers(graph, self.step_rank)     # None: no layer move
+        # per layer, its ops and their colocation groups: what a layer move or a layer descent puts on one device
+        self.layer_ops = [] if self.layers is None else [with_colocation(self.fine, self.layers.members(layer))
+                                                         for layer in range(self.layers.n_units)]
+        moves = [(name, w) for name, w in config.move_weights if name != "layer" or self.layers is not None]
+        self.move_names = [name for name, _ in moves]      # the annealing's moves and their chances
+        self.move_p = np.array([w for _, w in moves], dtype=float)
+        self.move_p /= self.move_p.sum() if moves else 1.0
+        degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
+        if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
+            self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
+        self.memory_is_ample = self._memory_is_ample()
+        # topological order, but an update op runs as soon as its inputs are there (``orders``);
+        # None without update ops (an inference graph): it would be the topological order again
+        update = graph.role == Role.UPDATE
+        self.updates_first = np.where(update, -1.0, 0.0) * graph.n_ops + graph.topo_rank if update.any() else None
+        self.closed_us = -math.inf      # a best at or under this ends the search (bound x (1 + closed_gap))
+        self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
+        self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
+        self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
+        self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
+        self.pipeline_cuts = 0          # pipeline starts judged, fitting or not
+        self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
+        self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
+        self.repair_report: dict = {}
+        self.seed_report: dict[str, float | str] = {}
+        self.shown_us = math.inf        # the best step time last logged
+        self.reporter = progress.current()
+        self.phase_began = 0            # evals when the current progress task began
+
+    def _memory_is_ample(self) -> bool:
+        """True if every op, every received copy and the largest temporary fit each device at once."""
+        g = self.graph
+        worst = g.persistent_bytes.sum() + 2 * g.output_bytes.sum() + (g.temp_bytes.max() if g.n_ops else 0.0)
+        return bool(worst <= self.cluster.memory_bytes.min())
+
+    def out_of_time(self) -> bool:
+        budget = self.config.time_budget_s
+        return budget is not None and time.perf_counter() - self.began > budget
+
+    def step_us(self, devices: np.ndarray, priority: np.ndarray | None) -> float:
+        """The score of a candidate, counted as an eval: its step time, or its mean over the
+        perturbed models when ``robust_samples`` asks for them."""
+        self.evals += 1
+        if self.evals % 20 == 0:
+            self.report()
+        return self._score(devices, priority)
+
+    def _score(self, devices: np.ndarray, priority: np.ndarray | None, nominal_us: float | None = None) -> float:
+        """The nominal step time (``nominal_us`` when the caller simulated it already) or, with
+        ``robust_samples``, the mean over the perturbed models."""
+        if self.robust_sims:
+            return float(np.mean([sim.step_time_us(devices, priority) for sim in self.robust_sims]))
+        return self.sim.step_time_us(devices, priority) if nominal_us is None else nominal_us
+
+    def report(self, done: int | None = None) -> None:
+        """Tell the progress hook how far the current task is and the best step time so far."""
+        best = self.best[0] if math.isfinite(self.best[0]) else None
+        self.reporter.update(self.evals - self.phase_began if done is None else done, best_step_us=best)
+
+    def examine(self, devices: np.ndarray, priority: np.ndarray | None):
+        """Full simulation: (fits in memory, SimResult)."""
+        result = self.sim.run(Placement(devices=devices, priority=priority))
+        return result.fits, result
+
+    def fits(self, devices: np.ndarray, priority: np.ndarray | None) -> bool:
+        return self.memory_is_ample or self.examine(devices, priority)[0]
+
+    def measure(self, devices: np.ndarray, priority: np.ndarray | None):
+        """Full simulation counted as an eval: (total overflow bytes, score as ``step_us``, SimResult)."""
+        self.evals += 1
+        result = self.sim.run(Placement(devices=devices.copy(), priority=priority))
+        step = self._score(devices, priority, result.step_time_us)
+        overflow = float(np.maximum(result.peak_memory_bytes - usable_memory_bytes(self.cluster), 0.0).sum())
+        if self.least is None or (overflow, step) < self.least[:2]:
+            self.least = (overflow, step, result)
+        return overflow, step, result
+
+    def consider(self, devices: np.ndarray, priority, how: str):
+        """A start: offered if it fits, else kept for the repair; returns ``measure``'s triple."""
+        overflow, step, result = self.measure(devices, priority)
+        if overflow > 0:
+            self.starts.append((overflow, step, devices.copy(), None if priority is None else priority.copy(), how))
+        else:
+            self.offer(step, devices, priority, how)
+        return overflow, step, result
+
+    def orders(self, devices: np.ndarray) -> list[tuple[str, np.ndarray | None]]:
+        """Schedule orders worth trying for ``devices``: topological and longest-remaining-path first;
+        and topological with every update op first once its inputs are there (for tight memory),
+        since an update that waits for the end of the step keeps its gradient's buffer alive (a
+        backward op's output dies only after its last reader, the update, has run)."""
+        rank = upward_rank_us(self.graph, self.cluster, devices, self.sim.op_time_us)
+        orders = [("topological", None), ("upward rank", -rank)]
+        return orders + ([("updates first", self.updates_first)] if self.updates_first is not None else [])
+
+    def pipeline_orders(self) -> list[tuple[str, np.ndarray | None]]:
+        """The orders a pipeline start is judged in, the one that frees gradients soonest last."""
+        later = [("updates first", self.updates_first)] if self.updates_first is not None else []
+        return [("topological order", None)] + later
+
+    def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
+        """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
+        as a start); report whether it beat the best."""
+        if self.fitting is not None:
+            self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
+        if step_us < self.best[0]:
+            self.best = (step_us, devices.copy(), None if priority is None else priority.copy(), how)
+            previous = self.shown_us
+            if step_us < previous * 0.999:   # log gains of 0.1% or more
+                self.shown_us = step_us
+                gain = f" ({(1 - step_us / previous) * 100:.2f}% better)" if math.isfinite(previous) else ""
+                log.debug("eval %5d  best %10.3f ms  by %s%s", self.evals, step_us / 1e3, how, gain)
+            return True
+        return False
