@@ -25,7 +25,7 @@ logits a linear term of that unit's own embedding, standardised over the graph's
 probe reads them; so the pre-trained and random encoders' different scales do not decide how fast the
 term learns). Without it the embeddings reach a decision only through the reader LSTM and the
 decoder's state, and a trained placer on GNMT-4 placed by position: permuting the embeddings among the
-units changed its decisions by about 2e-4 nats (BENCHMARKS.md, "Mars, round 7"), while a linear probe on
+units changed its decisions by about 2e-4 nats (benchmarks/rounds/mars.md, "Mars, round 7"), while a linear probe on
 the same embeddings recovers a unit's device in the best known placement 93-95% of the time. The head
 starts at zero (the paper's placer, no random numbers drawn) and learns in cloning and PPO.
 
