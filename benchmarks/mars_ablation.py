@@ -19,7 +19,8 @@ Reported per model and arm, for each seed and as the median over seeds: the best
 samples and seconds until the best-so-far came within 5% of the best known placement (the fastest
 of the ablation's runs and of ``mars.py``'s baselines at the same budget, if cached; the issue's floor),
 within 2% of it (``STRICT``: where a warm start meets 5% at the first batch, the stricter target can
-still separate the arms) and within 5% of Mars's best (the fastest of all the model's ablation runs,
+still separate the arms, and the time to 5% is cloning's: the cloning steps each arm took are reported too,
+which the load does not move; runs of ``--samples 20`` stop at the first batch) and within 5% of Mars's best (the fastest of all the model's ablation runs,
 any arm); "not reached" counts as the run's last sample (its seconds) for the median, said in the table. Two measurements say whether the placer uses
 the encoder: its drift (how far fine-tuning moved the encoder's weights, relative to their norm) and
 the embedding dependence of the trained policy (``embedding_kl``: the mean KL divergence, per
@@ -42,6 +43,8 @@ which tell what the policy adds to its units.
     .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37 --search
     .venv/bin/python benchmarks/mars_ablation.py --config devplace --models gnmt4 --seeds 0,1,2,3,4,5,6,7 --samples 4000 --time-cap-s 37 --baseline-samples 2000 --report
     .venv/bin/python benchmarks/mars_ablation.py --config embedding-logits --models gnmt4 --seeds 0,1,2,3,4,5 --samples 4000 --time-cap-s 50
+    .venv/bin/python benchmarks/mars_ablation.py --config module-logits --models gnmt4 --seeds 0,1,2,3,4,5 --samples 4000 --time-cap-s 50
+    .venv/bin/python benchmarks/mars_ablation.py --config own-units --models inception_v3 --seeds 0,1,2,3,4,5 --samples 20 --time-cap-s 300   # cloning only
 
 Runs are kept under benchmarks/.cache/mars/ as they finish; the report writes
 ``benchmarks/results/mars_ablation_SAMPLES.json`` and ``.png`` (``report_name``: one pair per budget,
@@ -105,8 +108,10 @@ DEVPLACE = dict(schedule_orders=ROUND4["schedule_orders"], init=WARM_STARTS, ini
 # recovers a unit's best known device from its embedding 93-95% of the time), without and with ``embedding_logits``
 # (each unit's logits read its own embedding through a linear head; without it a trained placer places by position).
 OWN_UNITS = {k: v for k, v in DEVPLACE.items() if k != "module_units"}
+# Round 9: the head on GNMT-4's module units (15), where round 7's local search reached the best known and Mars did not.
 CONFIGS = {"paper": {}, "devplace": DEVPLACE, "own-units": OWN_UNITS,
-           "embedding-logits": OWN_UNITS | {"embedding_logits": True}}
+           "embedding-logits": OWN_UNITS | {"embedding_logits": True},
+           "module-logits": DEVPLACE | {"embedding_logits": True}}
 # ``--study``: the pre-trained arm, seed 0, with devplace's variant and without each of its options in turn
 STUDY = {"devplace": DEVPLACE,
          "without-orders": DEVPLACE | {"schedule_orders": "topological"},
@@ -384,9 +389,11 @@ def best_at(curve: list, samples: int) -> float:
 
 def compare_pairs(arms: dict) -> dict:
     """Per pair with runs in both arms: for each target, on how many seeds the pre-trained arm needed
-    fewer, more or as many samples as the random one, and fewer or more seconds (``needed``); and per seed
+    fewer, more or as many samples as the random one, and fewer or more seconds (``needed``); per seed
     both arms' best step time at equal samples (the fewer the two runs drew: time-capped runs draw what the
-    load lets them), for where neither reaches a target."""
+    load lets them), for where neither reaches a target; and, with option init, the cloning steps each arm
+    took before its first batch (``cloning``): where a warm start meets a target at the first batch, the time
+    to it is cloning's, and its steps, unlike its seconds, do not depend on the load."""
     out = {}
     for pair, (pre, rand) in PAIRS.items():
         by_seed = {arm: {r["seed"]: r for r in arms.get(arm, [])} for arm in (pre, rand)}
@@ -397,6 +404,10 @@ def compare_pairs(arms: dict) -> dict:
             {"seed": s, "samples": (n := min(by_seed[pre][s]["samples"], by_seed[rand][s]["samples"])),
              "pretrained_us": best_at(by_seed[pre][s]["curve"], n), "random_us": best_at(by_seed[rand][s]["curve"], n)}
             for s in seeds]}
+        if all("init_updates_done" in by_seed[arm][s] for arm in (pre, rand) for s in seeds):
+            steps = [(by_seed[pre][s]["init_updates_done"], by_seed[rand][s]["init_updates_done"]) for s in seeds]
+            out[pair]["cloning"] = {"steps": steps, "fewer": sum(p < r for p, r in steps),
+                                    "more": sum(p > r for p, r in steps), "equal": sum(p == r for p, r in steps)}
         for key in TARGETS:
             diffs = {unit: [needed(by_seed[pre][s], key, unit) - needed(by_seed[rand][s], key, unit) for s in seeds]
                      for unit in ("samples", "seconds")}
@@ -461,15 +472,15 @@ def _cell(samples, seconds) -> str:
 
 def table(results: dict) -> str:
     lines = ["| model | arm | seed | best (ms) | " + " | ".join(f"to {TARGET_NAMES[k]}: samples (s)" for k in TARGETS)
-             + " | samples run | s | load | encoder drift | KL to permuted embeddings (nats) | KL to uniform (nats) "
-             "| logit change |", "|" + "---|" * (10 + len(TARGETS))]
+             + " | samples run | s | load | cloning steps | encoder drift | KL to permuted embeddings (nats) "
+             "| KL to uniform (nats) | logit change |", "|" + "---|" * (11 + len(TARGETS))]
     for name, entry in results.items():
         for arm, runs in entry["arms"].items():
             for r in runs:
                 lines.append("| " + " | ".join([
                     MODELS[name][0], arm, str(r["seed"]), f"{r['best_step_us'] / 1e3:.1f}",
                     *(_cell(r[f"samples_{k}"], r[f"seconds_{k}"]) for k in TARGETS), str(r["samples"]),
-                    f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}",
+                    f"{r['seconds']:.0f}", f"{r['load_before']}-{r['load_after']}", str(r.get("init_updates_done", "-")),
                     *(_figure(r.get(key)) for key in ("encoder_drift", "embedding_kl", "uniform_kl", "logit_change"))])
                     + " |")
     lines += ["", "Medians over seeds; a run that did not reach a target counts all its samples (seconds).", "",
@@ -503,6 +514,15 @@ def table(results: dict) -> str:
                      for e in c["equal_samples"]]
             lines.append("| " + " | ".join([MODELS[name][0], pair] + [cells.get(s, "-") for s in seeds]
                                            + [f"{signs.count(-1)} / {signs.count(1)} / {signs.count(0)}"]) + " |")
+    lines += ["", "Cloning steps before the first batch (option init), pre-trained / random:", "",
+              "| model | pair | " + " | ".join(f"seed {s}" for s in seeds) + " | pre-trained fewer / more / equal |",
+              "|" + "---|" * (3 + len(seeds))]
+    for name, entry in results.items():
+        for pair, c in entry["pairs"].items():
+            if "cloning" in c:
+                cells = dict(zip(c["seeds"], (f"{p} / {r}" for p, r in c["cloning"]["steps"])))
+                lines.append("| " + " | ".join([MODELS[name][0], pair] + [cells.get(s, "-") for s in seeds] + [
+                    f"{c['cloning']['fewer']} / {c['cloning']['more']} / {c['cloning']['equal']}"]) + " |")
     lines += ["", "| model | seed | encoder | KL to permuted embeddings (nats) | KL to uniform (nats) | logit change "
               "| embedding rms | unit encoding rms | previous-device embedding rms | KL pre-trained to random (nats) |",
               "|" + "---|" * 10]
@@ -554,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="only write the report (JSON, PNG, the table)")
     parser.add_argument("--config", choices=tuple(CONFIGS), default="paper", help="paper: the paper's configuration; "
                         "devplace: devplace's variant added to every arm (DEVPLACE); own-units, embedding-logits: "
-                        "round 8 (OWN_UNITS without and with the embedding head)")
+                        "round 8 (OWN_UNITS without and with the embedding head); module-logits: DEVPLACE with the head")
     parser.add_argument("--baseline-samples", type=int, default=None, help="read mars.py's baselines (best known) "
                         "made with this many samples (default: --samples)")
     parser.add_argument("--search", action="store_true", help="only run SEARCHES (no policy) over the pre-trained "
