@@ -46,9 +46,9 @@ fits it anneals it: which basin gets annealed then depends less on which starts 
 excludes), unless the first began there, and the fourth, sixth, ... (and else the second) from the
 fastest start (seed or pipeline) not yet tried whose placement differs from the best, so a wide gap also
 buys exploring other basins; after a round it goes on only while the gap is above
-``target_gap`` and fewer than ``max_rounds`` rounds ran (on a small graph, up to four times as
-many while the simulator calls times the ops stay under ``small_graph_op_evals``: there a round
-costs a fraction of a second), and it stops at once when the best comes
+``target_gap`` and fewer than ``max_rounds`` rounds ran (up to four times as many while the
+simulator calls times the ops stay under ``small_graph_op_evals``: on graphs of up to a few
+thousand ops a round costs seconds), and it stops at once when the best comes
 within ``closed_gap`` of the bound (nothing much faster can exist). Every limit counts simulator
 calls, so the result depends only on the inputs and ``seed``. A user who asks for
 ``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
