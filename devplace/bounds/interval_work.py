@@ -108,14 +108,8 @@ def _interval_bound_us(start_us: np.ndarray, after_us: np.ndarray, p: np.ndarray
 
 
 PAIR_CANDIDATES = 64     # ``_pair_bound_us`` pairs the longest ops among this many
-
-
 PAIR_TRIES = 8           # and looks for a link between the ends of this many of its best pairs
-
-
 LINK_EDGES = 4           # a link has at most this many edges
-
-
 LINK_VISITS = 4096       # ops a search for a link may visit
 
 

@@ -8,11 +8,7 @@ from dataclasses import dataclass
 from devplace.placers.options import option
 
 log = logging.getLogger("devplace.portfolio.sim_search")    # one logger for the whole search
-
-
 NAME = "sim-search"
-
-
 GIB = 2**30
 
 

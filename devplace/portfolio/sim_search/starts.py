@@ -22,15 +22,10 @@ if TYPE_CHECKING:
 # overstates its simulated peak (ResNet-50 at 30%: by 0.1-0.3 GiB), so plans up to this x capacity are tried
 CHEAP_CUT_SLACK = 1.5
 
-
 # balanced cheapest cuts are planned at these multiples of the least bytes a stage may hold
 # (bisected that many times): placements that do not depend on the devices' memory
 BALANCED_CUT_PLANS = (1.0, 1.125, 1.25, 1.5)
-
-
 BALANCED_CUT_BISECTIONS = 24
-
-
 BALANCED_CUT = "balanced cheapest-cut pipeline"    # how such a start is described, and found again
 
 
