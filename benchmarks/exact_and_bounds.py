@@ -92,8 +92,8 @@ def zoo(name: str, time_limit_s: float, best_ms: float | None = None) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| graph (devices x MiB) | ops | critical path / comm path / work / interval work / memory path / cut threshold / turn path "
-             "bound (ms), s "
+    lines = ["| graph (devices x MiB) | ops | critical path / comm path / work / interval work / memory path / cut threshold / "
+             "cluster order / turn path bound (ms), s "
              "| sim-search (ms), rounds | exact: incumbent / MIP bound (ms), status, solve s | certified bound (ms) "
              "| best (ms) | gap |",
              "|---|---|---|---|---|---|---|---|"]
@@ -105,7 +105,8 @@ def markdown(rows: list[dict]) -> str:
         lines.append(
             f"| {r['graph']} ({r['devices']} x {r['memory_mib']:,.0f}) | {r['ops']:,} "
             f"| {b['critical_path_us']:.3f} / {b.get('comm_path_us', float('nan')):.3f} / {b['work_us']:.3f} / {b.get('interval_work_us', float('nan')):.3f} / "
-            f"{b['memory_path_us']:.3f} / {b['cut_threshold_us']:.3f} / {b.get('turn_path_us', float('nan')):.3f}, "
+            f"{b['memory_path_us']:.3f} / {b['cut_threshold_us']:.3f} / {b.get('cluster_order_us', float('nan')):.3f} / "
+            f"{b.get('turn_path_us', float('nan')):.3f}, "
             f"{r['bounds_s']:.1f} | {search} | {exact} "
             f"| {r['certified_bound_ms']:.3f} | {r['best_ms']:.3f} | {100 * r['gap']:.1f}% |")
     return "\n".join(lines)
