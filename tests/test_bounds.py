@@ -732,7 +732,6 @@ def shared_input_instance(seed: int, n_devices: int = 2):
     return b.build(), identical_cluster(rng, n_devices, 2**30, max_latency_us=3, bandwidth=1e3, op_gap_us=1.0)
 
 
-
 def checked_bounds(graph, cluster, seed: int, n_orders: int = 6) -> dict:
     """Every bound, each checked against the brute-force optimum (``n_orders`` random priorities from ``seed``)."""
     optimum = brute_force(graph, cluster, n_orders=n_orders, seed=seed)
@@ -740,6 +739,7 @@ def checked_bounds(graph, cluster, seed: int, n_orders: int = 6) -> dict:
     for name in BOUND_NAMES:
         assert bounds[name] <= optimum * (1 + 1e-9) + 1e-9, (seed, name, bounds, optimum)
     return bounds
+
 
 def test_two_long_ops_that_must_share_a_device_run_in_turn_and_raise_the_interval_bound(monkeypatch):
     """Never above the brute-force optimum; above every bound without the pair step on many."""
@@ -776,7 +776,6 @@ def test_a_pair_that_shares_a_device_runs_in_turn(monkeypatch):
     assert bounds["interval_work_us"] <= 60.0 == brute_force(graph, cluster, n_orders=6)
     monkeypatch.setattr(module, "_pair_bound_us", lambda graph, rel, m, lo, max_ends: lo)
     assert lower_bounds(graph, cluster)["interval_work_us"] == pytest.approx(50.0, rel=1e-6)
-
 
 
 def accumulation_instance(seed: int):

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
 
 
-# ------------------------------------------------------------------------------------- moves
 def _critical_info(search: _Search, devices, priority, result=None):
     """Critical-path ops, the (waiting op, producer) pairs across devices on it, and the busy time per device."""
     if result is None:

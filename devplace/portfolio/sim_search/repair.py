@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
 
 
-# ------------------------------------------------------------------------------------ repair
 def _unit_devices(units: Units, devices: np.ndarray) -> np.ndarray:
     """Device of each unit's first member (a colocation widening may have moved the others)."""
     return devices[units.flat[units.ptr[:-1]]]

@@ -19,7 +19,6 @@ from devplace.sim import Simulator
 from devplace.sim.result import usable_memory_bytes
 
 
-# ------------------------------------------------------------------------------------- state
 class _Search:
     """The simulator, the units and the incumbent; ``evaluate`` is the only way a placement is judged."""
 

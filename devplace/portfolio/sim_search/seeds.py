@@ -12,8 +12,6 @@ from devplace.portfolio.variants import place as place_spec
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
 
-
-# ------------------------------------------------------------------------------------- seeds
 # Seeds run on the full graph at any size: they place in milliseconds (the user-style splits in
 # 0.01-0.09 s on 20k ops), and the expert's and the users' splits are the baselines a user compares
 # against (GNMT len 40: the expert's 376 ms is below every other seed).
