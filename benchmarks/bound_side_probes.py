@@ -56,7 +56,7 @@ from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 
 import devplace as dp  # noqa: E402
 from devplace import bounds  # noqa: E402
-from devplace.bounds.relaxation import _longest_paths, _trace  # noqa: E402
+from devplace.bounds.relaxation import longest_path  # noqa: E402
 from devplace.fileio import write_text_atomic  # noqa: E402
 from devplace.graph import Role  # noqa: E402
 from devplace.io.dnn_partitioning import cluster_for  # noqa: E402
@@ -172,7 +172,7 @@ def _branch_ops(graph, rel, path_ops, position, channel: bool):
 
 def branch_work_us(graph, cluster, rel, channel: bool) -> float:
     """The branch-work bound on the critical path P of ``devplace.bounds`` (module docstring)."""
-    path_ops, path_edges = _trace(graph, *_longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges)))
+    path_ops, path_edges = longest_path(graph, rel.fastest_us, np.zeros(graph.n_edges))
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(len(path_ops))
     channel = channel and cluster.comm_model in ("sequential", "duplex")
@@ -183,7 +183,7 @@ def branch_work_us(graph, cluster, rel, channel: bool) -> float:
 
 def one_device_turn(graph, cluster, rel) -> dict:
     """What P kept on one device holds at its fullest start (module docstring), against the largest device."""
-    path_ops, path_edges = _trace(graph, *_longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges)))
+    path_ops, path_edges = longest_path(graph, rel.fastest_us, np.zeros(graph.n_edges))
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(len(path_ops))
     src, dst = graph.edge_src, graph.edge_dst
@@ -239,7 +239,7 @@ def offload_trials(graph, cluster) -> dict:
     sim, fine = search.sim, search.fine
     base = sim.run(dp.Placement(devices=devices, priority=priority))
     rel = bounds.relaxation(graph, cluster)
-    path_ops, _ = _trace(graph, *_longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges)))
+    path_ops, _ = longest_path(graph, rel.fastest_us, np.zeros(graph.n_edges))
     on_path = np.zeros(graph.n_ops, bool)
     on_path[path_ops] = True
     feeds_path = np.zeros(graph.n_ops, bool)          # some path op comes after it

@@ -35,7 +35,7 @@ from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 
 import devplace as dp  # noqa: E402
 from devplace import bounds  # noqa: E402
-from devplace.bounds.relaxation import _longest_paths, _trace  # noqa: E402
+from devplace.bounds.relaxation import longest_path  # noqa: E402
 from devplace.fileio import write_text_atomic  # noqa: E402
 from devplace.sim import Simulator  # noqa: E402
 
@@ -46,8 +46,7 @@ GIB = 2**30
 
 def bound_path(graph, rel) -> np.ndarray:
     """P: the longest path at fastest times (``memory_path_us``'s first path)."""
-    level, parent = _longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges))
-    return _trace(graph, level, parent)[0]
+    return longest_path(graph, rel.fastest_us, np.zeros(graph.n_edges))[0]
 
 
 def decompose(graph, cluster, placement, path_ops: np.ndarray) -> dict:

@@ -34,7 +34,7 @@ from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 import devplace as dp  # noqa: E402
 from devplace import bounds  # noqa: E402
 from devplace.bounds import memory_path  # noqa: E402
-from devplace.bounds.relaxation import _longest_paths, _trace  # noqa: E402
+from devplace.bounds.relaxation import longest_path  # noqa: E402
 from devplace.fileio import write_text_atomic  # noqa: E402
 from devplace.io.dnn_partitioning import cluster_for  # noqa: E402
 
@@ -70,8 +70,7 @@ def stretches(graph, cluster, rel) -> dict:
 
     with mock.patch.object(memory_path, "_split_routes_us", split), mock.patch.object(memory_path, "_stretch_us", per_stretch):
         path_bound_us = bounds.memory_path_us(graph, cluster, rel, n_paths=1)
-    level, parent = _longest_paths(graph, rel.fastest_us, np.zeros(graph.n_edges))
-    path_ops, _ = _trace(graph, level, parent)
+    path_ops, _ = longest_path(graph, rel.fastest_us, np.zeros(graph.n_edges))
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(len(path_ops))
     side_a, side_b, side_us, cut1, cut2, _, _ = memory_path._side_routes(

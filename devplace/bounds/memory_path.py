@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from devplace.bounds.relaxation import Relaxation, _longest_paths, _trace
+from devplace.bounds.relaxation import Relaxation, longest_path
 from devplace.errors import OutOfMemoryError
 
 MAX_SPAN = 64        # a span (``memory_path_us``) joins path positions at most this far apart
@@ -100,8 +100,7 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     end_queue = cluster.comm_model in ("sequential", "duplex")   # two transfers into w's device do
     for k in range(n_paths):
         weight = rel.fastest_us + (0.0 if k == 0 else scale * 2.0 ** (k - n_paths // 2)) * op_bytes
-        level, parent = _longest_paths(graph, weight, zero_edges)
-        path_ops, path_edges = _trace(graph, level, parent)
+        path_ops, path_edges = longest_path(graph, weight, zero_edges)
         units = rel.unit[path_ops]
         held = rel.unit_bytes[np.unique(units)].sum()
         position = np.full(graph.n_ops, -1, np.int64)

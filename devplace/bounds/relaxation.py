@@ -208,8 +208,10 @@ def _longest_paths(graph, node_us: np.ndarray, edge_us: np.ndarray):
                                  np.ascontiguousarray(edge_us, dtype=np.float64))
 
 
-def _trace(graph, level: np.ndarray, parent: np.ndarray):
-    """The ops and edges, first to last, of the longest path (the one ending at the highest level)."""
+def longest_path(graph, node_us: np.ndarray, edge_us: np.ndarray):
+    """The ops and edges, first to last, of a longest path with these op and edge weights (the one
+    ending at the highest level)."""
+    level, parent = _longest_paths(graph, node_us, edge_us)
     v = int(np.argmax(level))
     ops, edges = [v], []
     while parent[v] >= 0:

@@ -8,7 +8,7 @@ from scipy import sparse
 from scipy.sparse import csgraph
 
 from devplace.bounds.classic import critical_path_us
-from devplace.bounds.relaxation import Relaxation, _longest_paths, _trace
+from devplace.bounds.relaxation import Relaxation, longest_path
 from devplace.errors import OutOfMemoryError
 from devplace.placers._highs import highs_solver
 from devplace.transforms.coplacement import join_pairs
@@ -63,7 +63,7 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     if graph.n_ops == 0 or cluster.n_devices == 1:
         return base_us
     edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
-    path_ops, path_edges = _trace(graph, *_longest_paths(graph, rel.fastest_us, edge_us))
+    path_ops, path_edges = longest_path(graph, rel.fastest_us, edge_us)
     x = _turn_probe(graph, rel, path_ops)
     if x < 0:
         return base_us
