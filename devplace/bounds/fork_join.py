@@ -1,21 +1,20 @@
 """Fork-join windows: the side branches between a fork and its join run in turn on the devices at
-its two ends, or cross to another device and back."""
+its two ends, or cross to another device and back. They raise the heads and tails of
+``comm_windows``, which the path and window bounds read (``Relaxation.head_us``, ``tail_us``)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from devplace.bounds.relaxation import Relaxation
-
 MAX_REGION_OPS = 400     # a join whose region holds more ops gets no window (it only costs time)
 
 
-def fork_join_us(graph, rel: Relaxation) -> float:
-    """The longest path once each join j waits, after its fork f finishes, for a *window* X(f, j)
-    that charges the ops between them for running side by side: the largest over ops v of
-    H_v + p_v + G_v (p: fastest time incl. op gap), H a least start and G a least time after the
-    finish, each with windows.
+def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: np.ndarray, head_us: np.ndarray,
+                      tail_us: np.ndarray):
+    """Per op v, (H_v, G_v): a least start time and a least time from its finish to the step's
+    end, once each join j waits, after its fork f finishes, for a *window* X(f, j) that charges
+    the ops between them for running side by side (p: fastest time incl. op gap).
 
     The fork of a join j (an op with two or more predecessors that have predecessors of their own)
     is the nearest common ancestor of those predecessors in the tree where each op's parent is the
@@ -23,21 +22,21 @@ def fork_join_us(graph, rel: Relaxation) -> float:
     weight feeding many ops would hide the fork). Its *region* R is every op that descends from f and leads to j (f, j
     left out); joins whose region is empty or holds more than ``MAX_REGION_OPS`` ops get no window.
     For u in R: e_u, the longest path from f to u by fastest times of the ops strictly between;
-    q_u likewise from u to j; L_u = e_u + p_u + q_u; m_in(u), the least cut cost (``Relaxation``)
+    q_u likewise from u to j; L_u = e_u + p_u + q_u; m_in(u), the least cut cost (``cut_us``; inf if never cut)
     of an edge on a path from f to u; m_out(u) likewise from u to j; key_u = L_u + m_in(u) +
     m_out(u); lead and trail, the least over u of e_u + m_in(u) and of q_u + m_out(u). With W(>T)
     the total p of the ops of R whose key is above T, *together* is the least, over T in 0 and the
     keys, of max(T, W(>T)), and *apart* the least of max(T, split(W(>T))), split(W) = min((W + lead
     + trail) / 2, W + min(lead, trail)) (0 if W = 0), or the largest over u of L_u + min(m_in(u),
     m_out(u)) if that is more. X(f, j) = min(together, apart).
-    H_v is the largest of head_v (``comm_windows``), H_u + p_u (+ the cut cost if always cut,
+    H_v is the largest of head_v (``head_us``), H_u + p_u (+ the cut cost if always cut,
     ``forced_cut``) over v's predecessors u, and H_f + p_f + X(f, v) if v has a window. G is the
-    same on the reversed graph (tail_v for head_v; successors; each fork f with two or more
+    same on the reversed graph (tail_v, ``tail_us``, for head_v; successors; each fork f with two or more
     successors gets the window to its join, the nearest common descendant of the successors'
     tree): G_f >= G_j + p_j + X(f, j).
 
     Proof, for a valid placement and priority; by induction in topological order H_v <= start(v).
-    head_v is (``comm_windows``); v starts after each predecessor u finishes, at least p_u after u
+    head_v is (given); v starts after each predecessor u finishes, at least p_u after u
     starts (F1, F3), and an always-cut edge adds its transfer (F2). For a window it is enough that
     start(j) - finish(f) >= X(f, j). Every op of R descends from f and leads to j: it runs between
     finish(f) and start(j) (F2). For u in R and a longest path f -> .. -> u, each op on it starts no
@@ -63,17 +62,15 @@ def fork_join_us(graph, rel: Relaxation) -> float:
     or W(>T) + min(lead, trail) (one), at least split(W(>T)): so at least apart. Either case is at
     least X(f, j). Reversed, the same gives G_v <= step - finish(v) (step - finish(f) >= step - finish(j)
     + p_j + X(f, j)), so the step is at least finish(v) + G_v >= H_v + p_v + G_v."""
-    if graph.n_ops == 0:
-        return 0.0
-    p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
-    cut = np.ascontiguousarray(rel.cut_us, dtype=np.float64)
+    p = np.ascontiguousarray(fastest_us, dtype=np.float64)
+    cut = np.ascontiguousarray(cut_us, dtype=np.float64)
     head = _window_heads(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr,
-                         graph.succ_edge, graph.edge_dst, p, cut, rel.forced_cut,
-                         np.ascontiguousarray(rel.head_us, dtype=np.float64), MAX_REGION_OPS)
+                         graph.succ_edge, graph.edge_dst, p, cut, forced_cut,
+                         np.ascontiguousarray(head_us, dtype=np.float64), MAX_REGION_OPS)
     tail = _window_heads(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
-                         graph.pred_ptr, graph.pred_edge, graph.edge_src, p, cut, rel.forced_cut,
-                         np.ascontiguousarray(rel.tail_us, dtype=np.float64), MAX_REGION_OPS)
-    return float((head + p + tail).max())
+                         graph.pred_ptr, graph.pred_edge, graph.edge_src, p, cut, forced_cut,
+                         np.ascontiguousarray(tail_us, dtype=np.float64), MAX_REGION_OPS)
+    return head, tail
 
 
 @njit(cache=True)
