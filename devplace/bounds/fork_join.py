@@ -19,11 +19,12 @@ def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_
     The fork of a join j (an op with two or more predecessors that have predecessors of their own)
     is the nearest common ancestor of those predecessors in the tree where each op's parent is the
     predecessor that ends the longest path to it (on a tie, one with predecessors of its own: a
-    weight feeding many ops would hide the fork). Its *region* R is every op that descends from f and leads to j (f, j
-    left out); joins whose region is empty or holds more than ``MAX_REGION_OPS`` ops get no window.
-    For u in R: e_u, the longest path from f to u by fastest times of the ops strictly between;
-    q_u likewise from u to j; L_u = e_u + p_u + q_u; m_in(u), the least cut cost (``cut_us``; inf if never cut)
-    of an edge on a path from f to u; m_out(u) likewise from u to j; key_u = L_u + m_in(u) +
+    weight feeding many ops would hide the fork). Its *region* R is every op that descends from f
+    and leads to j (f, j left out); joins whose region is empty or holds more than
+    ``MAX_REGION_OPS`` ops get no window. For u in R: e_u, the longest path from f to u by fastest
+    times of the ops strictly between; q_u likewise from u to j; L_u = e_u + p_u + q_u; m_in(u),
+    the least cut cost (``cut_us``; inf if never cut) of an edge on a path from f to u; m_out(u)
+    likewise from u to j; key_u = L_u + m_in(u) +
     m_out(u); lead and trail, the least over u of e_u + m_in(u) and of q_u + m_out(u). With W(>T)
     the total p of the ops of R whose key is above T, *together* is the least, over T in 0 and the
     keys, of max(T, W(>T)), and *apart* the least of max(T, split(W(>T))), split(W) = min((W + lead
@@ -31,13 +32,13 @@ def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_
     m_out(u)) if that is more. X(f, j) = min(together, apart).
     H_v is the largest of head_v (``head_us``), H_u + p_u (+ the cut cost if always cut,
     ``forced_cut``) over v's predecessors u, and H_f + p_f + X(f, v) if v has a window. G is the
-    same on the reversed graph (tail_v, ``tail_us``, for head_v; successors; each fork f with two or more
-    successors gets the window to its join, the nearest common descendant of the successors'
-    tree): G_f >= G_j + p_j + X(f, j).
+    same on the reversed graph (tail_v, ``tail_us``, for head_v; successors; each fork f with two
+    or more successors gets the window to its join, the nearest common descendant of the
+    successors' tree): G_f >= G_j + p_j + X(f, j).
 
     Proof, for a valid placement and priority; by induction in topological order H_v <= start(v).
-    head_v is (given); v starts after each predecessor u finishes, at least p_u after u
-    starts (F1, F3), and an always-cut edge adds its transfer (F2). For a window it is enough that
+    head_v is (given, ``comm_windows``); v starts after each predecessor u finishes, at least p_u
+    after u starts (F1, F3), and an always-cut edge adds its transfer (F2). For a window it is enough that
     start(j) - finish(f) >= X(f, j). Every op of R descends from f and leads to j: it runs between
     finish(f) and start(j) (F2). For u in R and a longest path f -> .. -> u, each op on it starts no
     earlier than its predecessor finishes, plus the transfer, at least the edge's cut cost, where
@@ -60,8 +61,8 @@ def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_
     neither device (0 if none), at most the window: the ops with key above T are in A or B, so if
     W(>T) > 0 one of them is not empty and the window is at least (W(>T) + lead + trail) / 2 (both)
     or W(>T) + min(lead, trail) (one), at least split(W(>T)): so at least apart. Either case is at
-    least X(f, j). Reversed, the same gives G_v <= step - finish(v) (step - finish(f) >= step - finish(j)
-    + p_j + X(f, j)), so the step is at least finish(v) + G_v >= H_v + p_v + G_v."""
+    least X(f, j). Reversed, from tail_v <= step - finish(v), the same gives G_v <= step - finish(v):
+    step - finish(f) >= step - finish(j) + p_j + X(f, j)."""
     p = np.ascontiguousarray(fastest_us, dtype=np.float64)
     cut = np.ascontiguousarray(cut_us, dtype=np.float64)
     head = _window_heads(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr,
@@ -76,7 +77,7 @@ def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_
 @njit(cache=True)
 def _window_heads(order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst, time_us, cut_us, forced_cut,
                   floor_us, max_region):
-    """H (``fork_join_us``) per op."""
+    """H of ``fork_join_windows`` per op (G on the reversed graph)."""
     n = time_us.shape[0]
     rank = np.empty(n, np.int64)
     for k in range(n):
