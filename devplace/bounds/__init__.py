@@ -27,7 +27,8 @@ one device, is never cut (F4; cut cost inf).
 
 One bound (or one family) per module, each proven in its docstring from these facts: ``classic``
 (critical path, communication path, work, largest group), ``interval_work``, ``memory_path``,
-``cut_threshold`` (and the cluster order), ``turn_path``; ``relaxation`` is what they all read.
+``cut_threshold`` (and the cluster order), ``turn_path``; ``relaxation`` is what they all read, its heads and
+tails raised by the windows of ``fork_join``.
 
 >>> from devplace.graph import chain_graph
 >>> from devplace.cluster import uniform_cluster

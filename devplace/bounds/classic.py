@@ -20,16 +20,17 @@ def critical_path_us(graph, rel: Relaxation) -> float:
 
 
 def comm_path_us(graph, rel: Relaxation) -> float:
-    """The longest path once joins and forks pay for running their neighbours side by side: the
-    largest, over ops j, of head_j + p_j + tail_j (``comm_windows``).
+    """The longest path once joins and forks pay for running their neighbours side by side, and
+    joins for the branches from their forks: the largest, over ops j, of head_j + p_j + tail_j
+    (``comm_windows``, raised by ``fork_join_windows``).
 
     This is the classic bound for scheduling with communication delays on unboundedly many
     processors without duplication (Chrétienne & Picouleau, "Scheduling with communication delays:
     a survey", 1995; Colin & Chrétienne, "C.P.M. scheduling with small communication delays and
     task duplication", 1991), with the one-machine bound of the predecessors kept local.
 
-    Proof: ``comm_windows`` proves head_j <= start(j) and tail_j <= step - finish(j) in every
-    valid placement and priority, and j runs at least p_j (F1, F3) in between."""
+    Proof: ``comm_windows`` and ``fork_join_windows`` prove head_j <= start(j) and tail_j <= step -
+    finish(j) in every valid placement and priority, and j runs at least p_j (F1, F3) in between."""
     start_us, after_us = rel.head_us, rel.tail_us
     return float((start_us + rel.fastest_us + after_us).max(initial=0.0))
 

@@ -1,5 +1,5 @@
 """What every bound knows of a graph on a cluster: the relaxation's arrays, the windows joins and
-forks force, and the longest paths the path bounds trace."""
+forks force (here and in ``fork_join``), and the longest paths the path bounds trace."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from devplace.bounds.fork_join import fork_join_windows
 from devplace.errors import OutOfMemoryError
 from devplace.placers._listsched import op_times_us
 
@@ -25,7 +26,8 @@ class Relaxation:
     cut_us: np.ndarray         # per edge: least transfer time across devices its ends may use; inf if never cut
     forced_cut: np.ndarray     # per edge: its two units fit on no device together, so it is always cut
     head_us: np.ndarray        # per op: least start time, joins paying for their neighbours (``comm_windows``)
-    tail_us: np.ndarray        # per op: least time from its finish to the step's end, likewise (``comm_windows``)
+                               # and for the branches from their forks (``fork_join_windows``)
+    tail_us: np.ndarray        # per op: least time from its finish to the step's end, likewise
 
 
 def relaxation(graph, cluster) -> Relaxation:
@@ -59,7 +61,8 @@ def relaxation(graph, cluster) -> Relaxation:
     together = (unit_bytes[src_unit] + unit_bytes[dst_unit])[:, None] <= capacity[None, :]
     together &= allowed[src_unit] & allowed[dst_unit]
     forced_cut = (src_unit != dst_unit) & ~together.any(axis=1)
-    head_us, tail_us = comm_windows(graph, fastest_us, cut_us, forced_cut)
+    head_us, tail_us = fork_join_windows(graph, fastest_us, cut_us, forced_cut,
+                                         *comm_windows(graph, fastest_us, cut_us, forced_cut))
     return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut, head_us, tail_us)
 
 
