@@ -44,6 +44,8 @@ import numpy as np
 from devplace.errors import OutOfMemoryError
 from devplace.graph import Role
 from devplace.placers._moves import leader_units
+from devplace.placers.exact import ExactOptions, solve_mip
+from devplace.portfolio.sim_search.anneal import _anneal
 from devplace.portfolio.sim_search.config import NAME, log
 from devplace.transforms.coarsening import Coarsening, colocation_of_pieces, quotient
 
@@ -108,7 +110,7 @@ def _keyed_topological_order(graph, key: np.ndarray) -> np.ndarray:
 
 def _coarse_mip_start(search: _Search) -> tuple | None:
     """The program's placement expanded, as (step us, devices, priority, how) if it fits, else None."""
-    from devplace.placers.exact import ExactOptions, solve_mip
+    # here, not at the top: the package's front door imports this module
     from devplace.portfolio.sim_search import place
 
     config, report = search.config, search.coarse_mip_report
@@ -121,8 +123,8 @@ def _coarse_mip_start(search: _Search) -> tuple | None:
     try:
         # the first incumbent: sim-search's own placement of the pieces (without a coarse start of its own)
         first = place(coarse.graph, cluster, options=dataclasses.replace(config, coarse_mip_groups=0))
-        solve = solve_mip(coarse.graph, cluster, ExactOptions(time_limit_s=math.inf, max_nodes=config.coarse_mip_nodes),
-                          first)
+        limits = ExactOptions(time_limit_s=math.inf, max_nodes=config.coarse_mip_nodes)
+        solve = solve_mip(coarse.graph, cluster, limits, first)
     except OutOfMemoryError:         # the pieces' saved activations fit no split of the devices
         report.update(status="no fit")
         return None
@@ -144,8 +146,6 @@ def _coarse_mip_start(search: _Search) -> tuple | None:
 
 def _coarse_mip_rounds(search: _Search, bound_us: float | None) -> None:
     """The track from the coarse MIP start (module docstring); what it did goes to ``coarse_mip_report``."""
-    from devplace.portfolio.sim_search.anneal import _anneal
-
     config = search.config
     if (config.coarse_mip_groups < 1 or config.coarse_mip_rounds < 1 or search.n_dev < 2
             or search.graph.n_ops < config.coarse_mip_min_ops or bound_us is None
