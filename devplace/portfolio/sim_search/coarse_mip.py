@@ -1,9 +1,9 @@
 """A start no local move reaches: exact's MIP solved on the step coarsened to a few dozen layer groups.
 
 The annealing moves a unit, two, or a run of units at a time, so it stays near the basin of its
-start. The program sees the whole step at once and places every group together: on ResNet-50 at
-30% memory its placement, annealed, is 9% faster than the rounds from every other start
-(``benchmarks/coarse_mip_start.py``).
+start. The program sees the whole step at once and places every group together. On ResNet-50 at
+30% memory the other rounds end at 568.6-569.3 ms for seeds 0-3, and 16 rounds from this start
+reach 516.4-540.4 ms (in the whole search, seed 0: 541.5 ms; ``benchmarks/coarse_mip_start.py``).
 
 Coarsening (``coarse_step``): the leader units (a forward op with its backward and update ops,
 colocation groups whole), numbered in step order, are merged into ``coarse_mip_groups``
