@@ -86,18 +86,11 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
             f"graphs: raise max_ops, or place the co-placed and fused graph (exact+opt; its bound then only "
             f"holds for placements that keep the fused groups together)")
     began = time.perf_counter()
-    rel = relaxation(graph, cluster)
+    solve = solve_mip(graph, cluster, options, _first_incumbent(graph, cluster, options.start))
+    candidates = [] if solve.first is None else [solve.first]
+    for solution in solve.solutions:
+        candidates += [solution, Placement(devices=solution.devices)]
     sim = Simulator(graph, cluster)
-    first = _first_incumbent(graph, cluster, options.start, sim)
-    first_result = sim.run(first) if first is not None else None
-    bound_us = lower_bounds(graph, cluster)["best_us"]
-    model = _Model(graph, cluster, rel, first_result, options.max_pairs, bound_us)
-    solutions, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap,
-                                                               options.max_nodes)
-    candidates = [] if first is None else [first]
-    for solution in solutions:
-        devices, starts = model.placement(solution)
-        candidates += [Placement(devices=devices, priority=starts), Placement(devices=devices)]
     best, best_us = None, np.inf
     for candidate in candidates:
         result = sim.run(candidate)
@@ -105,23 +98,59 @@ def place(graph, cluster, *, seed: int = 0, options: ExactOptions = ExactOptions
             best, best_us = candidate, result.step_time_us
     if best is None:
         raise OutOfMemoryError(
-            f"exact: no placement found that fits ({status}); give it more time_limit_s or larger devices")
-    bound_us = max(mip_bound_us, bound_us)
+            f"exact: no placement found that fits ({solve.status}); give it more time_limit_s or larger devices")
+    bound_us = max(solve.mip_bound_us, solve.bound_us)
     best.options = {
-        "mip_status": status, "mip_bound_us": mip_bound_us, "mip_objective_us": objective_us,
+        "mip_status": solve.status, "mip_bound_us": solve.mip_bound_us, "mip_objective_us": solve.objective_us,
         "step_us": best_us, "lower_bound_us": bound_us, "gap": best_us / bound_us - 1 if bound_us > 0 else 0.0,
-        "disjunctive_pairs": model.n_pairs, "all_pairs": model.n_pairs == model.n_candidate_pairs,
-        "first_incumbent_us": first_result.step_time_us if first_result is not None else None,
+        "disjunctive_pairs": solve.n_pairs, "all_pairs": solve.n_pairs == solve.n_candidate_pairs,
+        "first_incumbent_us": solve.first_us, "mip_nodes": solve.nodes,
         "solve_s": round(time.perf_counter() - began, 3),
     }
-    return best
+    return Placement(devices=best.devices, priority=best.priority, options=best.options)
 
 
-def _first_incumbent(graph, cluster, start: tuple[str, ...], sim):
+@dataclass
+class MipSolve:
+    """What one solve gives: the first incumbent (None without one) and its simulated step time,
+    every improving solution HiGHS found (its incumbent first; each with its start times as the
+    priority), and the solve's figures."""
+
+    first: Placement | None
+    first_us: float | None
+    solutions: list[Placement]
+    status: str
+    mip_bound_us: float
+    objective_us: float | None
+    bound_us: float          # the best of devplace.bounds, which the program's W starts from
+    nodes: int
+    n_pairs: int
+    n_candidate_pairs: int
+
+
+def solve_mip(graph, cluster, options: ExactOptions, first: Placement | None) -> MipSolve:
+    """Build the program from the ``first`` incumbent (a placement that fits, or None) and run HiGHS
+    under ``options``' limits; no placement is judged here (``place`` keeps the best simulated)."""
+    rel = relaxation(graph, cluster)
+    first_result = Simulator(graph, cluster).run(first) if first is not None else None
+    bound_us = lower_bounds(graph, cluster)["best_us"]
+    model = _Model(graph, cluster, rel, first_result, options.max_pairs, bound_us)
+    solutions, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap,
+                                                               options.max_nodes)
+    placements = []
+    for solution in solutions:
+        devices, starts = model.placement(solution)
+        placements.append(Placement(devices=devices, priority=starts))
+    return MipSolve(first, first_result.step_time_us if first_result is not None else None, placements, status,
+                    mip_bound_us, objective_us, bound_us, model.nodes, model.n_pairs, model.n_candidate_pairs)
+
+
+def _first_incumbent(graph, cluster, start: tuple[str, ...]):
     """The fastest in simulation of the ``start`` placers' placements, or None (none asked for, or
     none found one that fits)."""
     from devplace.placers import placer
 
+    sim = Simulator(graph, cluster)
     if "exact" in start:
         raise PlacementError("exact: option start cannot name 'exact' itself; name other placers or none")
     best, best_us = None, np.inf
@@ -372,6 +401,7 @@ class _Model:
         solver.run()
         status = solver.modelStatusToString(solver.getModelStatus())
         info = solver.getInfo()
+        self.nodes = int(info.mip_node_count)
         model_status = solver.getModelStatus()
         if model_status not in _answered():   # a numerical failure: nothing from it is trusted
             return [], status, 0.0, None

@@ -114,7 +114,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
                 start = search.best
             else:
                 start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
-            stopped_by = _anneal(search, start)
+            stopped_by, _ = _anneal(search, start)
             search.report()
         finally:
             search.reporter.end()
@@ -143,13 +143,14 @@ def _next_start(starts: list[tuple], best: tuple) -> tuple:
     return best
 
 
-def _anneal(search: _Search, start: tuple) -> str:
+def _anneal(search: _Search, start: tuple) -> tuple[str, tuple]:
     """One round of simulated annealing from ``start`` (as ``search.best``); returns what stopped
-    it ("evals", "time", or "bound": the best came within ``closed_gap`` of the lower bound)."""
+    it ("evals", "time", or "bound": the best came within ``closed_gap`` of the lower bound) and
+    the round's best (as ``start``)."""
     config, rng = search.config, search.rng
     current_us, devices, priority, _ = start
     devices = devices.copy()
-    home = (current_us, devices.copy(), priority)    # the round's best: where it restarts from
+    home = (current_us, devices.copy(), priority, start[3])    # the round's best: where it restarts from
     info = _critical_info(search, devices, priority)
     since_best = 0
     cooling = (config.temperature_end / config.temperature_start) ** (1.0 / max(config.max_evals, 1))
@@ -158,9 +159,9 @@ def _anneal(search: _Search, start: tuple) -> str:
     next_reorder = search.evals + config.reorder_every
     while search.evals < budget_end:
         if search.out_of_time():
-            return "time"
+            return "time", home
         if search.best[0] <= search.closed_us:
-            return "bound"
+            return "bound", home
         temperature *= cooling
         move, changes = _propose(search, devices, info)
         undo = [(ops, devices[ops].copy()) for ops, _ in changes]
@@ -183,7 +184,7 @@ def _anneal(search: _Search, start: tuple) -> str:
             info = _critical_info(search, devices, priority, result)
             search.offer(step, devices, priority, f"{move} move")
             if step < home[0]:
-                home, since_best = (step, devices.copy(), priority), -1
+                home, since_best = (step, devices.copy(), priority, f"{move} move"), -1
         since_best += 1
         if search.evals >= next_reorder:
             next_reorder = search.evals + config.reorder_every
@@ -193,10 +194,10 @@ def _anneal(search: _Search, start: tuple) -> str:
                     current_us, priority = step, candidate
                     search.offer(step, devices, priority, f"{order} order")
                     if step < home[0]:
-                        home = (step, devices.copy(), priority)
+                        home = (step, devices.copy(), priority, f"{order} order")
         if since_best >= config.restart_after:
-            current_us, home_devices, priority = home
+            current_us, home_devices, priority, _ = home
             devices = home_devices.copy()
             info = _critical_info(search, devices, priority)
             since_best = 0
-    return "evals"
+    return "evals", home

@@ -61,6 +61,18 @@ class SearchConfig:
                                            "layer by layer, each kept if faster; 0: none)")
     layer_search_starts: int = option(4, "how many of the fastest distinct layer-by-layer starts the layer search "
                                          "shares its evals over")
+    coarse_mip_groups: int = option(50, "layer groups of the coarse MIP start (exact's program on the step coarsened "
+                                        "to them, after the other rounds while the gap is wide; 0: none)")
+    coarse_mip_min_ops: int = option(1000, "graphs with fewer ops get no coarse MIP start")
+    coarse_mip_memory: float = option(0.85, "share of each device's memory the coarse program may fill with the "
+                                            "pieces' persistent bytes and saved activations")
+    coarse_mip_nodes: int = option(10000, "HiGHS branch-and-bound nodes for the coarse program (its only limit, "
+                                          "so the same graph gives the same start on every machine)")
+    coarse_mip_rounds: int = option(16, "annealing rounds from the coarse MIP start at most, each from that track's "
+                                        "best; past max_rounds only while that best is within coarse_mip_behind of "
+                                        "the best found")
+    coarse_mip_behind: float = option(0.02, "the coarse MIP track goes on past max_rounds rounds only while its best "
+                                            "/ the best found - 1 is at most this")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
     repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")

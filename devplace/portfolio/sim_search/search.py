@@ -65,6 +65,7 @@ class _Search:
         self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
         self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
         self.repair_report: dict = {}
+        self.coarse_mip_report: dict = {}
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
         self.reporter = progress.current()
