@@ -104,7 +104,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
-    if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
+    if search.best[1] is None and (search.n_dev < 2 or _repair(search, search.starts, search.repair_report) is None):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
     descent_starts = _layer_descent_starts(search)
@@ -123,7 +123,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
         options={"evals": search.evals, "stopped_by": stopped_by, "best_seed": seed_how,
                  "best_seed_step_us": seed_us, "step_us": step_us, "found_by": how, "rounds": rounds,
                  "pipeline_starts": search.pipeline_cuts, "cheapest_cut_starts": search.cheap_cuts,
-                 "balanced_cut_starts": search.balanced_cuts,
+                 "balanced_cut_starts": search.balanced_cuts, "virtual_cap_rounds": search.virtual_rounds,
                  "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
