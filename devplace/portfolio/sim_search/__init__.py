@@ -86,7 +86,7 @@ from devplace.portfolio.sim_search.layers import (
 from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
-from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts
+from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts, _virtual_cap_starts
 
 
 @register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order",
@@ -104,7 +104,8 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
-    if search.best[1] is None and (search.n_dev < 2 or _repair(search, search.starts, search.repair_report) is None):
+    _virtual_cap_starts(search)
+    if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
     descent_starts = _layer_descent_starts(search)

@@ -1,5 +1,5 @@
 """Simulated annealing in rounds while the gap to the certified bound is wide: the moves, what
-starts each round, the memory it runs under, and one round."""
+starts each round, and one round."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import numpy as np
 
 from devplace.errors import OutOfMemoryError
 from devplace.placers._moves import critical_crossings
-from devplace.placement import Placement
 from devplace.portfolio.sim_search.config import GIB, NAME
-from devplace.portfolio.sim_search.repair import _repair
 from devplace.portfolio.sim_search.starts import BALANCED_CUT
 
 if TYPE_CHECKING:
@@ -98,11 +96,9 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0 or not search.graph.n_ops:
         return "evals", 0      # nothing to move, or nothing beats a zero step time
     starts = sorted(search.fitting, key=lambda start: start[0])
-    every_start = list(starts)     # what a round under a virtual cap starts from: the fastest that fits it
     search.fitting = None
     first = search.best
     rounds = 0
-    one_device_peak = None
     while rounds < config.max_rounds or (
             rounds < 4 * config.max_rounds
             and (search.evals + config.max_evals) * search.graph.n_ops <= config.small_graph_op_evals):
@@ -110,21 +106,23 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
             return "bound", rounds
         if rounds and (bound_us is None or search.best[0] <= bound_us * (1.0 + config.target_gap)):
             break
-        if one_device_peak is None and _virtual_round(config, rounds):
-            one_device_peak = _one_device_peak_bytes(search)
-        cap = _virtual_cap_bytes(search, rounds, one_device_peak)
         search.reporter.begin(NAME if not rounds else f"{NAME} (round {rounds + 1}, gap "
                               f"{100 * (search.best[0] / bound_us - 1):.1f}%)", total=config.max_evals)
         search.phase_began = search.evals
         try:
-            if cap is not None:
-                stopped_by = _capped_round(search, cap, every_start)
+            if rounds % 2 == 0:
+                start = search.best
             else:
-                if rounds % 2 == 0:
-                    start = search.best
-                else:
-                    start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
-                stopped_by = _anneal(search, start, config.max_evals)
+                capped = search.start_caps if rounds % 4 == 3 else {}     # the fourth, eighth, ...: capped first
+                start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best, capped)
+            cap = search.start_caps.get(start[3])
+            if cap is None:
+                stopped_by = _anneal(search, start)
+            else:       # a start planned under a virtual cap anneals under it (what it fits, so the devices too)
+                with search.capped(cap):
+                    stopped_by = _anneal(search, start)
+                search.virtual_rounds.append({"cap_gib": float(cap.max()) / GIB, "start": start[3],
+                                              "start_us": start[0], "best_after_us": search.best[0]})
             search.report()
         finally:
             search.reporter.end()
@@ -132,61 +130,6 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         if stopped_by != "evals":
             return stopped_by, rounds
     return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
-
-
-def _virtual_round(config, rounds: int) -> bool:
-    """Whether round ``rounds`` (from 0) is one that anneals under a virtual cap, if it is below memory."""
-    every = config.virtual_cap_every
-    return bool(config.virtual_caps) and every > 0 and rounds % every == every - 2 and rounds > 0
-
-
-def _one_device_peak_bytes(search: _Search) -> float:
-    """The simulated peak with every op on the device of most memory (an eval): what the virtual caps
-    are fractions of, the same whatever the devices' memory."""
-    search.evals += 1
-    devices = np.full(search.graph.n_ops, int(np.argmax(search.cluster.memory_bytes)))
-    return float(search.sim.run(Placement(devices=devices)).peak_memory_bytes.max())
-
-
-def _virtual_cap_bytes(search: _Search, rounds: int, one_device_peak: float | None) -> np.ndarray | None:
-    """The virtual cap round ``rounds`` anneals under, per device, or None: not such a round, or the
-    cap is not below any device's memory (then it would be an ordinary round)."""
-    config = search.config
-    if one_device_peak is None or not _virtual_round(config, rounds):
-        return None
-    fraction = config.virtual_caps[(rounds // config.virtual_cap_every) % len(config.virtual_caps)]
-    cap = np.minimum(search.cap_bytes, fraction * one_device_peak)
-    return cap if (cap < search.cap_bytes).any() else None
-
-
-def _capped_round(search: _Search, cap: np.ndarray, starts: list[tuple]) -> str:
-    """A round under the virtual ``cap`` as a search with that memory would begin it: from the
-    fastest of ``starts`` that fits the cap (each one tried is an eval), else from the best repaired
-    until it fits (the repair's evals count in the round's budget); then annealed under the cap.
-    Whatever it offers fits the cap, hence the devices."""
-    config = search.config
-    began = search.evals
-    report: dict = {"cap_gib": round(float(cap.max()) / GIB, 3), "best_before_us": search.best[0]}
-    with search.capped(cap):
-        start = None
-        for candidate in starts:
-            if search.evals - began >= config.max_evals // 2:
-                break
-            search.evals += 1
-            if search.examine(candidate[1], candidate[2])[0]:
-                start = candidate
-                break
-        if start is None:
-            step_us, devices, priority, how = search.best
-            start = _repair(search, [(0.0, step_us, devices, priority, how)], report)
-        if start is not None:
-            report["start"], report["start_us"] = start[3], start[0]
-            stopped_by = _anneal(search, start, config.max_evals - (search.evals - began))
-        else:
-            stopped_by = "evals"
-    report["best_after_us"] = search.best[0]
-    search.virtual_rounds.append(report)
-    return stopped_by
 
 
 def _balanced_start(starts: list[tuple], first: tuple) -> tuple | None:
@@ -198,9 +141,13 @@ def _balanced_start(starts: list[tuple], first: tuple) -> tuple | None:
     return None
 
 
-def _next_start(starts: list[tuple], best: tuple) -> tuple:
-    """The fastest start whose devices differ from the best's (taken off the list), else the best:
-    an odd round explores from another start than the one the best came from."""
+def _next_start(starts: list[tuple], best: tuple, prefer: dict) -> tuple:
+    """The fastest start whose devices differ from the best's (taken off the list), among those
+    ``prefer`` names if any, else the best: an odd round explores from another start than the one
+    the best came from."""
+    for k, start in enumerate(starts):
+        if start[3] in prefer and not np.array_equal(start[1], best[1]):
+            return starts.pop(k)
     while starts:
         start = starts.pop(0)
         if not np.array_equal(start[1], best[1]):
@@ -208,18 +155,18 @@ def _next_start(starts: list[tuple], best: tuple) -> tuple:
     return best
 
 
-def _anneal(search: _Search, start: tuple, budget: int) -> str:
-    """One round of simulated annealing from ``start`` (as ``search.best``), ``budget`` evals; returns
-    what stopped it ("evals", "time", or "bound": the best came within ``closed_gap`` of the lower bound)."""
+def _anneal(search: _Search, start: tuple) -> str:
+    """One round of simulated annealing from ``start`` (as ``search.best``); returns what stopped
+    it ("evals", "time", or "bound": the best came within ``closed_gap`` of the lower bound)."""
     config, rng = search.config, search.rng
     current_us, devices, priority, _ = start
     devices = devices.copy()
     home = (current_us, devices.copy(), priority)    # the round's best: where it restarts from
     info = _critical_info(search, devices, priority)
     since_best = 0
-    cooling = (config.temperature_end / config.temperature_start) ** (1.0 / max(budget, 1))
+    cooling = (config.temperature_end / config.temperature_start) ** (1.0 / max(config.max_evals, 1))
     temperature = config.temperature_start
-    budget_end = search.evals + budget
+    budget_end = search.evals + config.max_evals
     next_reorder = search.evals + config.reorder_every
     while search.evals < budget_end:
         if search.out_of_time():

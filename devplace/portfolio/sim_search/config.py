@@ -31,11 +31,10 @@ class SearchConfig:
                                               "few thousand ops costs seconds (Inception-V3, 5,515 ops: 3 s), of "
                                               "GNMT's 24,832 ops 20-30 s (it stops at max_rounds)")
     virtual_caps: tuple[float, ...] = option(
-        (0.75, 0.5), "fractions of the one-device peak that a round in virtual_cap_every (the third, seventh, ...) "
-                     "anneals under, in turn, where below the devices' memory: a placement that fits a lower cap "
-                     "fits the devices, and the cap steers the annealing into basins ample memory never visits "
-                     "(Inception-V3 at seed 0: 226.5 ms at 60% of 8 GiB, 237.1 at 100%); () for none")
-    virtual_cap_every: int = option(4, "one annealing round in this many runs under the next virtual cap")
+        (0.75, 0.5), "fractions of the one-device peak that cheapest-cut starts are also planned for, where below "
+                     "the devices' memory, and a round from such a start anneals under: a placement that fits a "
+                     "lower cap fits the devices, and Inception-V3's best at 60% of 8 GiB (226.5 ms against 237.1 "
+                     "at 100%, seed 0) came from such a start; () for none")
     target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
     closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "

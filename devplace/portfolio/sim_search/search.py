@@ -13,7 +13,7 @@ from devplace import progress
 from devplace.graph import Role
 from devplace.placement import Placement
 from devplace.placers._moves import Units, leader_units, sources_late_order, upward_rank_us, with_colocation
-from devplace.portfolio.sim_search.config import SearchConfig, log
+from devplace.portfolio.sim_search.config import GIB, SearchConfig, log
 from devplace.portfolio.sim_search.layers import interleaved_layers
 from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
 from devplace.sim import Simulator
@@ -54,7 +54,7 @@ class _Search:
             self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
         self.worst_bytes = self._worst_bytes()
         # what a candidate must fit: each device's memory, or below it a round's virtual cap (``capped``)
-        self.cap_bytes = usable_memory_bytes(cluster)
+        self.real_cap_bytes = self.cap_bytes = usable_memory_bytes(cluster)
         self.memory_is_ample = bool(self.worst_bytes <= self.cap_bytes.min())
         # topological order, but an update op runs as soon as its inputs are there (``orders``);
         # None without update ops (an inference graph): it would be the topological order again
@@ -69,6 +69,7 @@ class _Search:
         self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
         self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
         self.repair_report: dict = {}
+        self.start_caps: dict[str, np.ndarray] = {}   # per start planned under a virtual cap (by how): that cap
         self.virtual_rounds: list[dict] = []   # per round under a virtual cap: the cap, the best before and after
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
@@ -118,6 +119,11 @@ class _Search:
         best = self.best[0] if math.isfinite(self.best[0]) else None
         self.reporter.update(self.evals - self.phase_began if done is None else done, best_step_us=best)
 
+    @property
+    def virtual(self) -> bool:
+        """True inside ``capped`` with a cap below some device's memory."""
+        return bool((self.cap_bytes < self.real_cap_bytes).any())
+
     def examine(self, devices: np.ndarray, priority: np.ndarray | None):
         """Full simulation: (fits ``cap_bytes``, SimResult)."""
         result = self.sim.run(Placement(devices=devices, priority=priority))
@@ -162,6 +168,9 @@ class _Search:
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
         """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
         as a start); report whether it beat the best."""
+        if self.fitting is not None and self.virtual:
+            how = f"{how} under a virtual cap of {self.cap_bytes.max() / GIB:.4g} GiB"
+            self.start_caps[how] = self.cap_bytes
         if self.fitting is not None:
             self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
         if step_us < self.best[0]:
