@@ -56,6 +56,7 @@ def run(name: str, memories: list[str], seed: int) -> dict:
                         "evals": options["evals"], "rounds": options["rounds"], "stopped_by": options["stopped_by"],
                         "gap": options["gap"], "seconds": round(seconds, 1),
                         "peak_share": round(float((peak_bytes / cluster.memory_bytes).max()), 3),
+                        "virtual_cap_rounds": options.get("virtual_cap_rounds"),
                         "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
         print(name, memory, json.dumps(rows[memory]), flush=True)
     return rows

@@ -49,7 +49,12 @@ buys exploring other basins; after a round it goes on only while the gap is abov
 ``target_gap`` and fewer than ``max_rounds`` rounds ran (up to four times as many while the
 simulator calls times the ops stay under ``small_graph_op_evals``: on graphs of up to a few
 thousand ops a round costs seconds), and it stops at once when the best comes
-within ``closed_gap`` of the bound (nothing much faster can exist). Every limit counts simulator
+within ``closed_gap`` of the bound (nothing much faster can exist). When all those rounds ran and
+the gap is still wide, one more round runs under each *virtual memory cap* (``virtual_caps`` x
+the one-device peak) below the devices' memory: from the best if it fits the cap, else from a
+cheapest cut planned for the cap, every candidate judged against the cap. What fits a lower cap
+fits the devices, so these rounds need no check after; a tighter memory steers the annealing into
+basins ample memory does not visit, and coming last they cannot change the rounds before them. Every limit counts simulator
 calls, so the result depends only on the inputs and ``seed``. A user who asks for
 ``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
 machine's speed). ``options['stopped_by']`` says what stopped it: ``evals`` (the rounds ran out or
@@ -86,7 +91,7 @@ from devplace.portfolio.sim_search.layers import (
 from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
-from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts, _virtual_cap_starts
+from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts
 
 
 @register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order",
@@ -104,7 +109,6 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
-    _virtual_cap_starts(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best

@@ -1,5 +1,5 @@
 """Simulated annealing in rounds while the gap to the certified bound is wide: the moves, what
-starts each round, and one round."""
+starts each round, the rounds under virtual memory caps, and one round."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from devplace.errors import OutOfMemoryError
 from devplace.placers._moves import critical_crossings
 from devplace.portfolio.sim_search.config import GIB, NAME
-from devplace.portfolio.sim_search.starts import BALANCED_CUT
+from devplace.portfolio.sim_search.starts import BALANCED_CUT, _cheap_cut_starts
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
@@ -113,23 +113,67 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
             if rounds % 2 == 0:
                 start = search.best
             else:
-                capped = search.start_caps if rounds % 4 == 3 else {}     # the fourth, eighth, ...: capped first
-                start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best, capped)
-            cap = search.start_caps.get(start[3])
-            if cap is None:
-                stopped_by = _anneal(search, start)
-            else:       # a start planned under a virtual cap anneals under it (what it fits, so the devices too)
-                with search.capped(cap):
-                    stopped_by = _anneal(search, start)
-                search.virtual_rounds.append({"cap_gib": float(cap.max()) / GIB, "start": start[3],
-                                              "start_us": start[0], "best_after_us": search.best[0]})
+                start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
+            stopped_by = _anneal(search, start)
             search.report()
         finally:
             search.reporter.end()
         rounds += 1
         if stopped_by != "evals":
             return stopped_by, rounds
+    if rounds == 4 * config.max_rounds:     # a graph small enough for every extra round, and the gap still wide
+        stopped_by, rounds = _virtual_cap_rounds(search, bound_us, rounds)
+        if stopped_by != "evals":
+            return stopped_by, rounds
     return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
+
+
+def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) -> tuple[str, int]:
+    """One round under each of ``virtual_caps`` x the one-device peak (an eval) that is below some
+    device's memory, while the gap stays above ``target_gap``: from the best if it fits the cap, else
+    from the fastest cheapest cut planned for the cap that fits it, annealed under the cap. Whatever
+    they offer fits the cap, hence the devices. They come after the other rounds, so those run as
+    without them, and these can only make the result faster."""
+    config = search.config
+    if not config.virtual_caps or bound_us is None:
+        return "evals", rounds
+    search.evals += 1
+    devices = np.full(search.graph.n_ops, int(np.argmax(search.cluster.memory_bytes)))
+    one_device_peak = float(search.examine(devices, None)[1].peak_memory_bytes.max())
+    for fraction in config.virtual_caps:
+        if search.best[0] <= bound_us * (1.0 + config.target_gap):
+            break
+        cap = np.minimum(search.cap_bytes, fraction * one_device_peak)
+        if not (cap < search.cap_bytes).any():
+            continue
+        search.reporter.begin(f"{NAME} (round {rounds + 1}, under {fraction:g} x the one-device peak)",
+                              total=config.max_evals)
+        search.phase_began = search.evals
+        try:
+            with search.capped(cap):
+                search.evals += 1
+                start = search.best if search.examine(*search.best[1:3])[0] else _capped_start(search)
+                stopped_by = "evals" if start is None else _anneal(search, start)
+            search.virtual_rounds.append({"cap_gib": float(cap.max()) / GIB,
+                                          "start": None if start is None else start[3],
+                                          "best_after_us": search.best[0]})
+            search.report()
+        finally:
+            search.reporter.end()
+        rounds += 1
+        if stopped_by != "evals":
+            return stopped_by, rounds
+    return "evals", rounds
+
+
+def _capped_start(search: _Search) -> tuple | None:
+    """The fastest cheapest cut planned for the current cap that fits it (None if none does)."""
+    search.fitting = []
+    try:
+        _cheap_cut_starts(search)
+        return min(search.fitting, key=lambda start: start[0], default=None)
+    finally:
+        search.fitting = None
 
 
 def _balanced_start(starts: list[tuple], first: tuple) -> tuple | None:
@@ -141,13 +185,9 @@ def _balanced_start(starts: list[tuple], first: tuple) -> tuple | None:
     return None
 
 
-def _next_start(starts: list[tuple], best: tuple, prefer: dict) -> tuple:
-    """The fastest start whose devices differ from the best's (taken off the list), among those
-    ``prefer`` names if any, else the best: an odd round explores from another start than the one
-    the best came from."""
-    for k, start in enumerate(starts):
-        if start[3] in prefer and not np.array_equal(start[1], best[1]):
-            return starts.pop(k)
+def _next_start(starts: list[tuple], best: tuple) -> tuple:
+    """The fastest start whose devices differ from the best's (taken off the list), else the best:
+    an odd round explores from another start than the one the best came from."""
     while starts:
         start = starts.pop(0)
         if not np.array_equal(start[1], best[1]):

@@ -69,8 +69,7 @@ class _Search:
         self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
         self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
         self.repair_report: dict = {}
-        self.start_caps: dict[str, np.ndarray] = {}   # per start planned under a virtual cap (by how): that cap
-        self.virtual_rounds: list[dict] = []   # per round under a virtual cap: the cap, the best before and after
+        self.virtual_rounds: list[dict] = []   # per round under a virtual cap: the cap, its start, the best after
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
         self.reporter = progress.current()
@@ -118,6 +117,10 @@ class _Search:
         """Tell the progress hook how far the current task is and the best step time so far."""
         best = self.best[0] if math.isfinite(self.best[0]) else None
         self.reporter.update(self.evals - self.phase_began if done is None else done, best_step_us=best)
+
+    def memory_bytes(self) -> np.ndarray:
+        """Each device's memory, or the virtual cap where that is lower: what starts are planned for."""
+        return np.minimum(self.cluster.memory_bytes, self.cap_bytes)
 
     @property
     def virtual(self) -> bool:
@@ -168,9 +171,8 @@ class _Search:
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
         """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
         as a start); report whether it beat the best."""
-        if self.fitting is not None and self.virtual:
+        if self.virtual:
             how = f"{how} under a virtual cap of {self.cap_bytes.max() / GIB:.4g} GiB"
-            self.start_caps[how] = self.cap_bytes
         if self.fitting is not None:
             self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
         if step_us < self.best[0]:
