@@ -109,7 +109,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
-    if search.best[1] is None and (search.n_dev < 2 or _repair(search, search.starts, search.repair_report) is None):
+    if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
     descent_starts = _layer_descent_starts(search)

@@ -11,7 +11,6 @@ import numpy as np
 from devplace.errors import OutOfMemoryError
 from devplace.placers._moves import critical_crossings
 from devplace.portfolio.sim_search.config import GIB, NAME
-from devplace.portfolio.sim_search.repair import _repair
 from devplace.portfolio.sim_search.starts import BALANCED_CUT, _cheap_cut_starts
 
 if TYPE_CHECKING:
@@ -123,21 +122,20 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         if stopped_by != "evals":
             return stopped_by, rounds
     if rounds == 4 * config.max_rounds:     # a graph small enough for every extra round, and the gap still wide
-        stopped_by, rounds = _virtual_cap_rounds(search, bound_us, rounds, first)
+        stopped_by, rounds = _virtual_cap_rounds(search, bound_us, rounds)
         if stopped_by != "evals":
             return stopped_by, rounds
     return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
 
 
-def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int, first: tuple) -> tuple[str, int]:
+def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) -> tuple[str, int]:
     """One round under each of ``virtual_caps`` x the one-device peak (an eval) that is below some
     device's memory, while the gap stays above ``target_gap``: from the best if it fits the cap, else
     from the fastest cheapest cut planned for the cap that fits it, annealed under the cap. Whatever
-    they offer fits the cap, hence the devices. Where none is below the memory and no device holds
-    the whole step, the rounds over the memory (``_over_cap_rounds``) run instead. They come after the other rounds, so those run as without
-    them, and these can only make the result faster."""
+    they offer fits the cap, hence the devices. They come after the other rounds, so those run as
+    without them, and these can only make the result faster."""
     config = search.config
-    if bound_us is None:
+    if not config.virtual_caps or bound_us is None:
         return "evals", rounds
     search.evals += 1
     devices = np.full(search.graph.n_ops, int(np.argmax(search.cluster.memory_bytes)))
@@ -165,52 +163,7 @@ def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int, fi
         rounds += 1
         if stopped_by != "evals":
             return stopped_by, rounds
-    tight = not search.virtual_rounds and one_device_peak > search.cap_bytes.max()    # no device holds the step
-    if tight and config.over_cap > 1.0 and search.best[0] > bound_us * (1.0 + config.target_gap):
-        stopped_by, more = _over_cap_rounds(search, first)
-        return stopped_by, rounds + more
     return "evals", rounds
-
-
-def _over_cap_rounds(search: _Search, first: tuple) -> tuple[str, int]:
-    """Where memory is tight (no virtual cap below it, no device holds the step): two rounds under ``over_cap`` x the memory,
-    from the first round's start and then from their fastest, offering nothing; that fastest is
-    repaired until it fits the memory and annealed one more round under it (strategic
-    oscillation: the Transformer's best at 60% of 8 GiB, 412.3 ms, is 0.09 GiB over 30% at one
-    device; repaired under 30% and annealed a round it gives 413.6 ms, where 16 rounds at 30% end
-    at 419.0). Returns what stopped them and how many rounds ran."""
-    config = search.config
-    search.over_best = (math.inf, None, None, "none")
-    report: dict = {"cap_gib": float(search.cap_bytes.max() * config.over_cap) / GIB, "start": first[3]}
-    rounds = 0
-    search.reporter.begin(f"{NAME} (over the memory x {config.over_cap:g}, then repaired)",
-                          total=3 * config.max_evals)
-    search.phase_began = search.evals
-    try:
-        with search.capped(search.cap_bytes * config.over_cap):
-            stopped_by = _anneal(search, first)
-            rounds += 1
-            if stopped_by == "evals" and search.over_best[1] is not None:
-                stopped_by = _anneal(search, search.over_best)
-                rounds += 1
-        step_us, devices, priority, how = search.over_best
-        report["over_best_us"] = step_us
-        if stopped_by == "evals" and devices is not None:
-            search.evals += 1
-            fits = search.examine(devices, priority)[0]
-            if fits:
-                search.offer(step_us, devices, priority, how)
-            repaired = search.over_best if fits else _repair(search, [(0.0, step_us, devices, priority, how)], report)
-            if repaired is not None:
-                report["repaired_us"] = repaired[0]
-                stopped_by = _anneal(search, repaired)
-                rounds += 1
-        report["best_after_us"] = search.best[0]
-        search.virtual_rounds.append(report)
-        search.report()
-    finally:
-        search.reporter.end()
-    return stopped_by, rounds
 
 
 def _capped_start(search: _Search) -> tuple | None:

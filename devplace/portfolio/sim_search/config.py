@@ -36,9 +36,6 @@ class SearchConfig:
                      "else from a cheapest cut planned for it): a placement that fits a lower cap fits the devices, "
                      "and a tighter memory steers the annealing elsewhere (Inception-V3, seed 0: 226.5 ms at 60% "
                      "of 8 GiB, 237.1 at 100%); () for none")
-    over_cap: float = option(2.0, "where memory is tight (no virtual cap below it), after every extra round: two "
-                                  "rounds under this x the memory from the first round's start, then their fastest "
-                                  "placement repaired until it fits and annealed a round (<= 1: none)")
     target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
     closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "

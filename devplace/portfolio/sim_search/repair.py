@@ -1,5 +1,4 @@
-"""Starts that do not fit are repaired: units moved off the devices over memory (or over a round's
-virtual cap) until they fit."""
+"""Starts that do not fit are repaired: units moved off the devices over memory until they fit."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ def _repair_move(search: _Search, devices: np.ndarray, result) -> tuple[str, np.
     Either a run of consecutive groups at one edge of that device's share of the step (a pipeline
     stage boundary moves: one activation crosses the new cut), or one group drawn with weight
     live^2 / (live + added transfer bytes): big at the peak and cheap to move."""
-    config, rng, units, capacity = search.config, search.rng, search.leaders, search.cap_bytes
+    config, rng, units, capacity = search.config, search.rng, search.leaders, search.cluster.memory_bytes
     peak = result.peak_memory_bytes
     worst = int(np.argmax(peak - capacity))
     unit_dev = _unit_devices(units, devices)
@@ -66,14 +65,13 @@ def _repair_move(search: _Search, devices: np.ndarray, result) -> tuple[str, np.
     return "group", with_colocation(search.fine, units.members(unit)), target
 
 
-def _repair(search: _Search, starts: list[tuple], report: dict) -> tuple | None:
-    """Greedy descent on (total bytes over ``search.cap_bytes``, step time) from the least-overflowing
-    ``starts`` (overflow bytes, step us, devices, priority, how); once a placement fits, it is offered
-    (so the annealing can continue from it) and returned as ``search.best`` is: (step us, devices,
-    priority, how). ``report`` gets the starts tried and the evals spent."""
+def _repair(search: _Search) -> bool:
+    """Greedy descent on (total overflow, step time) from the least-overflowing starts; True once a
+    placement fits (it is offered, so the annealing continues from it)."""
     config = search.config
-    starts = sorted(starts, key=lambda s: (s[0], s[1]))[: config.repair_starts]
+    starts = sorted(search.starts, key=lambda s: (s[0], s[1]))[: config.repair_starts]
     budget_end = search.evals + config.repair_max_evals
+    report = search.repair_report
     report.update(starts_tried=[], evals=0)
     began_evals = search.evals
     for overflow, step, devices, priority, how in starts:
@@ -101,11 +99,10 @@ def _repair(search: _Search, starts: list[tuple], report: dict) -> tuple | None:
             devices, overflow, step, result = trial, t_overflow, t_step, t_result
             if overflow == 0:
                 report.update(evals=search.evals - began_evals, repaired=how)
-                how = f"repair of {how} ({move} move)"
-                search.offer(step, devices, priority, how)
-                return step, devices, priority, how
+                search.offer(step, devices, priority, f"repair of {how} ({move} move)")
+                return True
     report["evals"] = search.evals - began_evals
-    return None
+    return False
 
 
 def _overflow_error(search: _Search) -> OutOfMemoryError:

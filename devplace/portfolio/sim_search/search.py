@@ -55,7 +55,6 @@ class _Search:
         self.worst_bytes = self._worst_bytes()
         # what a candidate must fit: each device's memory, or below it a round's virtual cap (``capped``)
         self.real_cap_bytes = self.cap_bytes = usable_memory_bytes(cluster)
-        self.over_best = (math.inf, None, None, "none")   # the best seen under a cap above the memory (not offered)
         self.memory_is_ample = bool(self.worst_bytes <= self.cap_bytes.min())
         # topological order, but an update op runs as soon as its inputs are there (``orders``);
         # None without update ops (an inference graph): it would be the topological order again
@@ -84,11 +83,10 @@ class _Search:
 
     @contextmanager
     def capped(self, cap_bytes: np.ndarray):
-        """Judge candidates against ``cap_bytes`` (per device) inside the block. Below the memory, a
-        placement that fits them fits the devices, so whatever is offered there stays valid; above
-        it, nothing is offered (``offer`` keeps the fastest as ``over_best``, to repair)."""
+        """Judge candidates against ``cap_bytes`` (per device, at most its memory) inside the block:
+        a placement that fits them fits the devices, so whatever is offered there stays valid."""
         real = self.cap_bytes
-        self.cap_bytes = np.asarray(cap_bytes, dtype=float)
+        self.cap_bytes = np.minimum(cap_bytes, real)
         self.memory_is_ample = bool(self.worst_bytes <= self.cap_bytes.min())
         try:
             yield
@@ -126,8 +124,8 @@ class _Search:
 
     @property
     def virtual(self) -> bool:
-        """True inside ``capped`` with a cap other than the devices' memory."""
-        return bool((self.cap_bytes != self.real_cap_bytes).any())
+        """True inside ``capped`` with a cap below some device's memory."""
+        return bool((self.cap_bytes < self.real_cap_bytes).any())
 
     def examine(self, devices: np.ndarray, priority: np.ndarray | None):
         """Full simulation: (fits ``cap_bytes``, SimResult)."""
@@ -175,10 +173,6 @@ class _Search:
         as a start); report whether it beat the best."""
         if self.virtual:
             how = f"{how} under a virtual cap of {self.cap_bytes.max() / GIB:.4g} GiB"
-            if (self.cap_bytes > self.real_cap_bytes).any():    # may not fit the devices: kept aside
-                if step_us < self.over_best[0]:
-                    self.over_best = (step_us, devices.copy(), None if priority is None else priority.copy(), how)
-                return False
         if self.fitting is not None:
             self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
         if step_us < self.best[0]:
