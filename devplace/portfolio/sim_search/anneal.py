@@ -106,18 +106,12 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
             return "bound", rounds
         if rounds and (bound_us is None or search.best[0] <= bound_us * (1.0 + config.target_gap)):
             break
-        search.reporter.begin(NAME if not rounds else f"{NAME} (round {rounds + 1}, gap "
-                              f"{100 * (search.best[0] / bound_us - 1):.1f}%)", total=config.max_evals)
-        search.phase_began = search.evals
-        try:
-            if rounds % 2 == 0:
-                start = search.best
-            else:
-                start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
-            stopped_by = _anneal(search, start)
-            search.report()
-        finally:
-            search.reporter.end()
+        if rounds % 2 == 0:
+            start = search.best
+        else:
+            start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
+        title = NAME if not rounds else f"{NAME} (round {rounds + 1}, gap {100 * (search.best[0] / bound_us - 1):.1f}%)"
+        stopped_by = _reported(search, title, _anneal, start)
         rounds += 1
         if stopped_by != "evals":
             return stopped_by, rounds
@@ -146,24 +140,35 @@ def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) ->
         cap = np.minimum(search.cap_bytes, fraction * one_device_peak)
         if not (cap < search.cap_bytes).any():
             continue
-        search.reporter.begin(f"{NAME} (round {rounds + 1}, under {fraction:g} x the one-device peak)",
-                              total=config.max_evals)
-        search.phase_began = search.evals
-        try:
-            with search.capped(cap):
-                search.evals += 1
-                start = search.best if search.examine(*search.best[1:3])[0] else _capped_start(search)
-                stopped_by = "evals" if start is None else _anneal(search, start)
-            search.virtual_rounds.append({"cap_gib": float(cap.max()) / GIB,
-                                          "start": None if start is None else start[3],
-                                          "best_after_us": search.best[0]})
-            search.report()
-        finally:
-            search.reporter.end()
+        title = f"{NAME} (round {rounds + 1}, under {fraction:g} x the one-device peak)"
+        stopped_by = _reported(search, title, _capped_round, cap)
         rounds += 1
         if stopped_by != "evals":
             return stopped_by, rounds
     return "evals", rounds
+
+
+def _reported(search: _Search, title: str, run, arg) -> str:
+    """One round, ``run(search, arg)`` (returns what stopped it), shown to the progress hook as the task ``title``."""
+    search.reporter.begin(title, total=search.config.max_evals)
+    search.phase_began = search.evals
+    try:
+        stopped_by = run(search, arg)
+        search.report()
+    finally:
+        search.reporter.end()
+    return stopped_by
+
+
+def _capped_round(search: _Search, cap: np.ndarray) -> str:
+    """One round under ``cap``: from the best if it fits (an eval), else from ``_capped_start``."""
+    with search.capped(cap):
+        search.evals += 1
+        start = search.best if search.examine(*search.best[1:3])[0] else _capped_start(search)
+        stopped_by = "evals" if start is None else _anneal(search, start)
+    search.virtual_rounds.append({"cap_gib": float(cap.max()) / GIB, "start": None if start is None else start[3],
+                                  "best_after_us": search.best[0]})
+    return stopped_by
 
 
 def _capped_start(search: _Search) -> tuple | None:
