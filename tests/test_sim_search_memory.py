@@ -54,3 +54,43 @@ def test_twice_the_memory_is_never_slower_on_small_zoo_models(zoo_graphs, target
     peak = dp.simulate(graph, machine, [0] * graph.n_ops).peak_memory_bytes[0]
     cluster = machine.with_memory_fraction(share_of_peak * peak / machine.memory_bytes[0])
     _tight_and_twice(graph, cluster, **ZOO_CONFIG)
+
+
+def _offers_under_virtual_caps(monkeypatch):
+    """Record every placement offered while the search judges against a virtual cap: (how, devices,
+    priority, cap)."""
+    from devplace.portfolio.sim_search.search import _Search
+
+    offered, offer = [], _Search.offer
+
+    def recording(search, step_us, devices, priority, how):
+        if search.virtual:
+            offered.append((how, devices.copy(), None if priority is None else priority.copy(), search.cap_bytes.copy()))
+        return offer(search, step_us, devices, priority, how)
+
+    monkeypatch.setattr(_Search, "offer", recording)
+    return offered
+
+
+def test_rounds_under_a_virtual_cap_fit_it_only_add_and_repeat_by_seed(zoo_graphs, monkeypatch):
+    """With twice the one-device peak, once every extra round ran, one more round runs under each of
+    0.75 and 0.5 x that peak: everything offered there fits the cap (so the devices), the result is
+    never slower than without them, and the same seed gives the same placement."""
+    graphs, machine = zoo_graphs
+    graph = graphs["zoo:transformer:preset=small"]
+    peak = dp.simulate(graph, machine, [0] * graph.n_ops).peak_memory_bytes[0]
+    cluster = machine.with_memory_fraction(2.0 * peak / machine.memory_bytes[0])
+    options = {"max_evals": 200, "max_rounds": 1, "target_gap": 0.0}    # 4 rounds, then the capped ones
+    offered = _offers_under_virtual_caps(monkeypatch)
+    first = dp.place(graph, cluster, "sim-search", **options)
+    caps = [r["cap_gib"] * 2**30 / peak for r in first.options["virtual_cap_rounds"]]
+    assert first.options["rounds"] == 6 and caps == pytest.approx([0.75, 0.5])
+    assert any(how.endswith("move") for how, *_ in offered)       # the rounds annealed under their caps
+    for _, devices, priority, cap in offered:
+        assert (dp.simulate(graph, cluster, dp.Placement(devices=devices, priority=priority)).peak_memory_bytes
+                <= cap).all()
+    again = dp.place(graph, cluster, "sim-search", **options)
+    assert (again.devices == first.devices).all() and again.options["step_us"] == first.options["step_us"]
+    without = dp.place(graph, cluster, "sim-search", virtual_caps=(), **options)
+    assert without.options["rounds"] == 4 and without.options["step_us"] >= first.options["step_us"]
+

@@ -1,5 +1,5 @@
 """Simulated annealing in rounds while the gap to the certified bound is wide: the moves, what
-starts each round, and one round."""
+starts each round, the rounds under virtual memory caps, and one round."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 
 from devplace.errors import OutOfMemoryError
 from devplace.placers._moves import critical_crossings
-from devplace.portfolio.sim_search.config import NAME
-from devplace.portfolio.sim_search.starts import BALANCED_CUT
+from devplace.portfolio.sim_search.config import GIB, NAME
+from devplace.portfolio.sim_search.starts import BALANCED_CUT, _cheap_cut_starts
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
@@ -106,22 +106,79 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
             return "bound", rounds
         if rounds and (bound_us is None or search.best[0] <= bound_us * (1.0 + config.target_gap)):
             break
-        search.reporter.begin(NAME if not rounds else f"{NAME} (round {rounds + 1}, gap "
-                              f"{100 * (search.best[0] / bound_us - 1):.1f}%)", total=config.max_evals)
-        search.phase_began = search.evals
-        try:
-            if rounds % 2 == 0:
-                start = search.best
-            else:
-                start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
-            stopped_by, _ = _anneal(search, start)
-            search.report()
-        finally:
-            search.reporter.end()
+        if rounds % 2 == 0:
+            start = search.best
+        else:
+            start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
+        title = NAME if not rounds else f"{NAME} (round {rounds + 1}, gap {100 * (search.best[0] / bound_us - 1):.1f}%)"
+        stopped_by = _reported(search, title, lambda s, begin: _anneal(s, begin)[0], start)
         rounds += 1
         if stopped_by != "evals":
             return stopped_by, rounds
+    if rounds == 4 * config.max_rounds:     # a graph small enough for every extra round, and the gap still wide
+        stopped_by, rounds = _virtual_cap_rounds(search, bound_us, rounds)
+        if stopped_by != "evals":
+            return stopped_by, rounds
     return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
+
+
+def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) -> tuple[str, int]:
+    """One round under each of ``virtual_caps`` x the one-device peak (an eval) that is below some
+    device's memory, while the gap stays above ``target_gap``: from the best if it fits the cap, else
+    from the fastest cheapest cut planned for the cap that fits it, annealed under the cap. Whatever
+    they offer fits the cap, hence the devices. They come after the other rounds, so those run as
+    without them, and these can only make the result faster."""
+    config = search.config
+    if not config.virtual_caps or bound_us is None:
+        return "evals", rounds
+    search.evals += 1
+    devices = np.full(search.graph.n_ops, int(np.argmax(search.cluster.memory_bytes)))
+    one_device_peak = float(search.examine(devices, None)[1].peak_memory_bytes.max())
+    for fraction in config.virtual_caps:
+        if search.best[0] <= bound_us * (1.0 + config.target_gap):
+            break
+        cap = np.minimum(search.cap_bytes, fraction * one_device_peak)
+        if not (cap < search.cap_bytes).any():
+            continue
+        title = f"{NAME} (round {rounds + 1}, under {fraction:g} x the one-device peak)"
+        stopped_by = _reported(search, title, _capped_round, cap)
+        rounds += 1
+        if stopped_by != "evals":
+            return stopped_by, rounds
+    return "evals", rounds
+
+
+def _reported(search: _Search, title: str, run, arg) -> str:
+    """One round, ``run(search, arg)`` (returns what stopped it), shown to the progress hook as the task ``title``."""
+    search.reporter.begin(title, total=search.config.max_evals)
+    search.phase_began = search.evals
+    try:
+        stopped_by = run(search, arg)
+        search.report()
+    finally:
+        search.reporter.end()
+    return stopped_by
+
+
+def _capped_round(search: _Search, cap: np.ndarray) -> str:
+    """One round under ``cap``: from the best if it fits (an eval), else from ``_capped_start``."""
+    with search.capped(cap):
+        search.evals += 1
+        start = search.best if search.examine(*search.best[1:3])[0] else _capped_start(search)
+        stopped_by = "evals" if start is None else _anneal(search, start)[0]
+    search.virtual_rounds.append({"cap_gib": float(cap.max()) / GIB, "start": None if start is None else start[3],
+                                  "best_after_us": search.best[0]})
+    return stopped_by
+
+
+def _capped_start(search: _Search) -> tuple | None:
+    """The fastest cheapest cut planned for the current cap that fits it (None if none does)."""
+    search.fitting = []
+    try:
+        _cheap_cut_starts(search)
+        return min(search.fitting, key=lambda start: start[0], default=None)
+    finally:
+        search.fitting = None
 
 
 def _balanced_start(starts: list[tuple], first: tuple) -> tuple | None:

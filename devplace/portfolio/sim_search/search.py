@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from devplace import progress
 from devplace.graph import Role
 from devplace.placement import Placement
 from devplace.placers._moves import Units, leader_units, sources_late_order, upward_rank_us, with_colocation
-from devplace.portfolio.sim_search.config import SearchConfig, log
+from devplace.portfolio.sim_search.config import GIB, SearchConfig, log
 from devplace.portfolio.sim_search.layers import interleaved_layers
 from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
 from devplace.sim import Simulator
@@ -51,7 +52,10 @@ class _Search:
         degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
         if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
             self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
-        self.memory_is_ample = self._memory_is_ample()
+        self.worst_bytes = self._worst_bytes()
+        # what a candidate must fit: each device's memory, or below it a round's virtual cap (``capped``)
+        self.real_cap_bytes = self.cap_bytes = usable_memory_bytes(cluster)
+        self.memory_is_ample = bool(self.worst_bytes <= self.cap_bytes.min())
         # topological order, but an update op runs as soon as its inputs are there (``orders``);
         # None without update ops (an inference graph): it would be the topological order again
         update = graph.role == Role.UPDATE
@@ -66,16 +70,30 @@ class _Search:
         self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
         self.repair_report: dict = {}
         self.coarse_mip_report: dict = {}
+        self.virtual_rounds: list[dict] = []   # per round under a virtual cap: the cap, its start, the best after
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
         self.reporter = progress.current()
         self.phase_began = 0            # evals when the current progress task began
 
-    def _memory_is_ample(self) -> bool:
-        """True if every op, every received copy and the largest temporary fit each device at once."""
+    def _worst_bytes(self) -> float:
+        """Every op, every received copy and the largest temporary at once: memory is ample when
+        each device holds this."""
         g = self.graph
-        worst = g.persistent_bytes.sum() + 2 * g.output_bytes.sum() + (g.temp_bytes.max() if g.n_ops else 0.0)
-        return bool(worst <= self.cluster.memory_bytes.min())
+        return float(g.persistent_bytes.sum() + 2 * g.output_bytes.sum() + (g.temp_bytes.max() if g.n_ops else 0.0))
+
+    @contextmanager
+    def capped(self, cap_bytes: np.ndarray):
+        """Judge candidates against ``cap_bytes`` (per device, at most its memory) inside the block:
+        a placement that fits them fits the devices, so whatever is offered there stays valid."""
+        real = self.cap_bytes
+        self.cap_bytes = np.minimum(cap_bytes, real)
+        self.memory_is_ample = bool(self.worst_bytes <= self.cap_bytes.min())
+        try:
+            yield
+        finally:
+            self.cap_bytes = real
+            self.memory_is_ample = bool(self.worst_bytes <= real.min())
 
     def out_of_time(self) -> bool:
         budget = self.config.time_budget_s
@@ -101,20 +119,29 @@ class _Search:
         best = self.best[0] if math.isfinite(self.best[0]) else None
         self.reporter.update(self.evals - self.phase_began if done is None else done, best_step_us=best)
 
+    def memory_bytes(self) -> np.ndarray:
+        """Each device's memory, or the virtual cap where that is lower: what starts are planned for."""
+        return np.minimum(self.cluster.memory_bytes, self.cap_bytes)
+
+    @property
+    def virtual(self) -> bool:
+        """True inside ``capped`` with a cap below some device's memory."""
+        return bool((self.cap_bytes < self.real_cap_bytes).any())
+
     def examine(self, devices: np.ndarray, priority: np.ndarray | None):
-        """Full simulation: (fits in memory, SimResult)."""
+        """Full simulation: (fits ``cap_bytes``, SimResult)."""
         result = self.sim.run(Placement(devices=devices, priority=priority))
-        return result.fits, result
+        return bool((result.peak_memory_bytes <= self.cap_bytes).all()), result
 
     def fits(self, devices: np.ndarray, priority: np.ndarray | None) -> bool:
         return self.memory_is_ample or self.examine(devices, priority)[0]
 
     def measure(self, devices: np.ndarray, priority: np.ndarray | None):
-        """Full simulation counted as an eval: (total overflow bytes, score as ``step_us``, SimResult)."""
+        """Full simulation counted as an eval: (total bytes over ``cap_bytes``, score as ``step_us``, SimResult)."""
         self.evals += 1
         result = self.sim.run(Placement(devices=devices.copy(), priority=priority))
         step = self._score(devices, priority, result.step_time_us)
-        overflow = float(np.maximum(result.peak_memory_bytes - usable_memory_bytes(self.cluster), 0.0).sum())
+        overflow = float(np.maximum(result.peak_memory_bytes - self.cap_bytes, 0.0).sum())
         if self.least is None or (overflow, step) < self.least[:2]:
             self.least = (overflow, step, result)
         return overflow, step, result
@@ -145,6 +172,8 @@ class _Search:
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
         """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
         as a start); report whether it beat the best."""
+        if self.virtual:
+            how = f"{how} under a virtual cap of {self.cap_bytes.max() / GIB:.4g} GiB"
         if self.fitting is not None:
             self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
         if step_us < self.best[0]:

@@ -85,7 +85,7 @@ def _shift_stages(search: _Search, units: Units, stage: np.ndarray, weight: np.n
     ``pipeline_shifts`` simulator calls) until it fits. Re-weighting whole stages moves every
     boundary at once and can swing past (ResNet-50 at 30%: 4 stages 0.19-0.30 GiB over after 3-8
     re-weightings, with one stage over and two with room)."""
-    capacity = search.cluster.memory_bytes[order]
+    capacity = search.memory_bytes()[order]
     stage = stage.copy()
     seen = {_boundaries(stage)}
     for shift in range(search.config.pipeline_shifts):
@@ -174,7 +174,7 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
     largest = np.argsort(-cluster.memory_bytes, kind="stable")
     for stages in range(2, search.n_dev + 1):
         device_order = np.sort(largest[:stages])
-        capacity = float(cluster.memory_bytes[device_order].min())
+        capacity = float(search.memory_bytes()[device_order].min())
         how = f"cheapest-cut pipeline of {stages} stages"
         least, low, high, planned = None, capacity, capacity * CHEAP_CUT_SLACK, capacity
         # the cheapest cut into this many stages whose plan holds at most the bytes given, or None
@@ -193,7 +193,8 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
             devices = on_devices(stage)
             for name, priority in search.pipeline_orders():
                 overflow, _, _ = search.consider(devices, priority, f"{how} (cut {attempt + 1}, {name})")
-            search.cheap_cuts += least is None     # stage counts judged (a larger memory judges as many)
+            # stage counts judged for the memory, not a virtual cap (a larger memory judges as many)
+            search.cheap_cuts += least is None and not search.virtual
             if least is None or overflow < least[0]:
                 least = (overflow, stage)
             if overflow > 0:
@@ -204,8 +205,9 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
         if least is not None and least[0] > 0:
             _shift_stages(search, units, least[1], np.maximum(unit_bytes, 1.0), device_order, how)
         most_bytes = float(top.max() + forward[cuts].max() + back[cuts].max())   # no stage's plan holds more
-        _balanced_cuts(search, stage_path, most_bytes, lambda path: on_devices(_stages_of(path, cuts, n)), capacity,
-                       stages)
+        if not search.virtual:      # they do not depend on the memory: planned once
+            _balanced_cuts(search, stage_path, most_bytes, lambda path: on_devices(_stages_of(path, cuts, n)),
+                           capacity, stages)
 
 
 def _stages_of(path: list[int], cuts: np.ndarray, n: int) -> np.ndarray:
