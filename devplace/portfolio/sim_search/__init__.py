@@ -156,8 +156,12 @@ def _canonical_place(graph, cluster, seed: int, config: SearchConfig, caps_bytes
     """The fastest of the searches on the cluster capped at each of ``caps_bytes`` (the first on a
     tie) and the one-device placements that fit the real memory (``canonical.py``); bound, gap and
     ``stopped_by`` for the real memory."""
-    uncapped = dataclasses.replace(config, canonical_caps=())
-    capped = [place(graph, capped_cluster(cluster, cap), seed=seed, options=uncapped) for cap in caps_bytes]
+    began, capped = time.perf_counter(), []
+    for cap in caps_bytes:      # time_budget_s caps them all together
+        budget_s = config.time_budget_s
+        left_s = None if budget_s is None else max(budget_s - (time.perf_counter() - began), 0.0)
+        capped_config = dataclasses.replace(config, canonical_caps=(), time_budget_s=left_s)
+        capped.append(place(graph, capped_cluster(cluster, cap), seed=seed, options=capped_config))
     best = min(capped, key=lambda placement: placement.options["step_us"])
     search = _Search(graph, cluster, config, seed)     # the real memory: judges the one-device placements
     one_us, one_devices, one_priority, one_how = best_one_device(search)
