@@ -57,6 +57,8 @@ def run(name: str, memories: list[str], seed: int) -> dict:
                         "gap": options["gap"], "seconds": round(seconds, 1),
                         "peak_share": round(float((peak_bytes / cluster.memory_bytes).max()), 3),
                         "virtual_cap_rounds": options.get("virtual_cap_rounds"),
+                        "canonical_caps_gib": options.get("canonical_caps_gib"),
+                        "capped_step_ms": [us / 1e3 for us in options.get("capped_step_us", [])],
                         "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
         print(name, memory, json.dumps(rows[memory]), flush=True)
     return rows

@@ -2,6 +2,7 @@
 that fits the smaller devices fits the larger ones, so twice the memory must not give a slower result
 (checked on the bundled graphs and small zoo models, tight and ample)."""
 
+import numpy as np
 import pytest
 
 import devplace as dp
@@ -80,7 +81,8 @@ def test_rounds_under_a_virtual_cap_fit_it_only_add_and_repeat_by_seed(zoo_graph
     graph = graphs["zoo:transformer:preset=small"]
     peak = dp.simulate(graph, machine, [0] * graph.n_ops).peak_memory_bytes[0]
     cluster = machine.with_memory_fraction(2.0 * peak / machine.memory_bytes[0])
-    options = {"max_evals": 200, "max_rounds": 1, "target_gap": 0.0}    # 4 rounds, then the capped ones
+    # 4 rounds, then the capped ones; the canonical caps would hide the 0.75 one
+    options = {"max_evals": 200, "max_rounds": 1, "target_gap": 0.0, "canonical_caps": ()}
     offered = _offers_under_virtual_caps(monkeypatch)
     first = dp.place(graph, cluster, "sim-search", **options)
     caps = [r["cap_gib"] * 2**30 / peak for r in first.options["virtual_cap_rounds"]]
@@ -94,3 +96,26 @@ def test_rounds_under_a_virtual_cap_fit_it_only_add_and_repeat_by_seed(zoo_graph
     without = dp.place(graph, cluster, "sim-search", virtual_caps=(), **options)
     assert without.options["rounds"] == 4 and without.options["step_us"] >= first.options["step_us"]
 
+
+
+def test_every_memory_above_the_canonical_caps_gives_one_result(zoo_graphs):
+    """At 1.2 and 10 x the one-device peak, both above the canonical caps (0.7 and 0.9 x that peak),
+    the searches run on the same capped clusters (same step times, placements within a cap), and a
+    one-device placement that fits the smaller fits the larger, so both give the same placement.
+    Without the caps they differ (736.36 and 731.48 us with these options)."""
+    graphs, machine = zoo_graphs
+    graph = graphs["zoo:transformer:preset=small"]
+    peak = dp.simulate(graph, machine, [0] * graph.n_ops).peak_memory_bytes[0]
+    # 4 rounds of 200 evals per cap; the small graph has fewer ops than canonical_cap_min_ops
+    options = {"max_evals": 200, "max_rounds": 1, "canonical_caps": (0.7, 0.9), "canonical_cap_min_ops": 0}
+    placements = []
+    for share_of_peak in (1.2, 10.0):
+        cluster = machine.with_memory_fraction(share_of_peak * peak / machine.memory_bytes[0])
+        placement = dp.place(graph, cluster, "sim-search", **options)
+        assert np.array(placement.options["canonical_caps_gib"]) * 2**30 == pytest.approx([0.7 * peak, 0.9 * peak])
+        peaks = dp.simulate(graph, cluster, placement).peak_memory_bytes
+        assert (peaks <= 0.9 * peak * (1 + 1e-9)).all() or placement.options["found_by"].startswith("one device")
+        placements.append(placement)
+    assert len({tuple(p.options["capped_step_us"]) for p in placements}) == 1
+    assert len({p.options["step_us"] for p in placements}) == 1
+    assert all((p.devices == placements[0].devices).all() for p in placements)

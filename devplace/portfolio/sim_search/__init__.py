@@ -59,7 +59,11 @@ the one-device peak) below the devices' memory: from the best if it fits the cap
 cheapest cut planned for the cap, every candidate judged against the cap. What fits a lower cap
 fits the devices, so these rounds need no check after; the cap turns the annealing away from
 moves ample memory allows, and coming last they cannot change the rounds before them (so they
-never make the result slower; on the full-size zoo they take 0-1.6% off). Every limit counts simulator
+never make the result slower; on the full-size zoo they take 0-1.6% off). Where every device holds at
+least the largest of ``canonical_caps`` x the one-device peak (graphs of 1,000 ops up to the size that
+gets every extra round), all of the above runs once per cap with the memory cut to it, and the
+fastest of those and of the one-device placements that fit is returned (``canonical.py``): every
+memory above the caps gives the same result, so more memory there is never slower. Every limit counts simulator
 calls, so the result depends only on the inputs and ``seed``. A user who asks for
 ``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
 machine's speed). ``options['stopped_by']`` says what stopped it: ``evals`` (the rounds ran out or
@@ -83,14 +87,16 @@ messages to the ``logging`` logger of this module (under ``devplace``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from devplace.errors import PlacementError
 from devplace.placement import Placement
 from devplace.placers import register
 from devplace.portfolio.sim_search.anneal import _lower_bound_us, _rounds
+from devplace.portfolio.sim_search.canonical import best_one_device, canonical_caps_bytes, capped_cluster
 from devplace.portfolio.sim_search.coarse_mip import _coarse_mip_rounds
-from devplace.portfolio.sim_search.config import NAME, SearchConfig, log
+from devplace.portfolio.sim_search.config import GIB, NAME, SearchConfig, log
 from devplace.portfolio.sim_search.layers import (
     _layer_descent_starts, _layer_descents, _layer_search, _layer_search_starts, interleaved_layers,
 )
@@ -107,6 +113,9 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     if config.max_rounds < 1 or not config.target_gap >= 0 or not config.closed_gap >= 0:
         raise PlacementError(f"{NAME}: max_rounds must be >= 1, target_gap and closed_gap >= 0 (got "
                              f"{config.max_rounds}, {config.target_gap}, {config.closed_gap})")
+    caps_bytes = canonical_caps_bytes(graph, cluster, config)
+    if caps_bytes:
+        return _canonical_place(graph, cluster, seed, config, caps_bytes)
     search = _Search(graph, cluster, config, seed)
     bound_us = _lower_bound_us(graph, cluster)
     nominal = not search.robust_sims       # the bound is for the nominal step time, not a mean
@@ -141,6 +150,36 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
                  "coarse_mip": search.coarse_mip_report, "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )
+
+
+def _canonical_place(graph, cluster, seed: int, config: SearchConfig, caps_bytes: list[float]) -> Placement:
+    """The fastest of the searches on the cluster capped at each of ``caps_bytes`` (the first on a
+    tie) and the one-device placements that fit the real memory (``canonical.py``); bound, gap and
+    ``stopped_by`` for the real memory."""
+    began, capped = time.perf_counter(), []
+    for cap in caps_bytes:      # time_budget_s caps them all together
+        budget_s = config.time_budget_s
+        left_s = None if budget_s is None else max(budget_s - (time.perf_counter() - began), 0.0)
+        capped_config = dataclasses.replace(config, canonical_caps=(), time_budget_s=left_s)
+        capped.append(place(graph, capped_cluster(cluster, cap), seed=seed, options=capped_config))
+    best = min(capped, key=lambda placement: placement.options["step_us"])
+    search = _Search(graph, cluster, config, seed)     # the real memory: judges the one-device placements
+    one_us, one_devices, one_priority, one_how = best_one_device(search)
+    options = dict(best.options)
+    devices, priority = best.devices, best.priority
+    if one_us < options["step_us"]:
+        devices, priority = one_devices, one_priority
+        options.update(step_us=one_us, found_by=one_how)
+    nominal = not search.robust_sims
+    bound_us = _lower_bound_us(graph, cluster) if nominal else None
+    closed = bound_us is not None and config.closed_gap > 0 and options["step_us"] <= bound_us * (1 + config.closed_gap)
+    if options["stopped_by"] == "bound" and not closed:
+        options["stopped_by"] = "capped bound"      # within closed_gap of a capped cluster's bound only
+    options.update(evals=sum(p.options["evals"] for p in capped) + search.evals, lower_bound_us=bound_us,
+                   gap=options["step_us"] / bound_us - 1.0 if bound_us else None,
+                   canonical_caps_gib=[cap / GIB for cap in caps_bytes],
+                   capped_step_us=[p.options["step_us"] for p in capped])
+    return Placement(devices=devices, priority=priority, options=options)
 
 
 __all__ = ["place", "SearchConfig", "NAME", "interleaved_layers"]

@@ -36,6 +36,13 @@ class SearchConfig:
                      "else from a cheapest cut planned for it): a placement that fits a lower cap fits the devices, "
                      "and a tighter memory leads the annealing elsewhere (Inception-V3 at 400% of 8 GiB, seed 0: "
                      "238.8 -> 235.5 ms); () for none")
+    canonical_caps: tuple[float, ...] = option(
+        (0.7, 0.9), "fractions of the one-device peak: where every device has at least the largest of them x that "
+                    "peak, the whole search runs once per fraction with each device's memory cut to it, and the "
+                    "fastest of those and of the one-device placements that fit is returned, so every such memory "
+                    "gives the same result (graphs small enough for every extra round; (): off)")
+    canonical_cap_min_ops: int = option(1000, "graphs with fewer ops get no canonical caps (mlp, 173 ops, at ample "
+                                              "memory: 210.0 us, 215.0 under a cap of 0.7 x its one-device peak)")
     target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
     closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
