@@ -71,8 +71,8 @@ def gradient_blocks(graph, cluster, min_share: float) -> tuple[np.ndarray, float
     op_us = graph.compute_us.min(axis=1) + cluster.op_gap_us
     owner = gradient_owner(graph)
     group = np.where(owner >= 0, owner, graph.colocation)      # a parameter's own ops join its gradient
-    groups = len(graph.colocation_names)
-    group_us = np.bincount(group[group >= 0], weights=op_us[group >= 0], minlength=groups)
+    # one spare entry: a graph without colocation groups still indexes it (and owns nothing)
+    group_us = np.bincount(group[group >= 0], weights=op_us[group >= 0], minlength=len(graph.colocation_names) + 1)
     own = (group >= 0) & (group_us[np.maximum(group, 0)] >= min_share * op_us.sum())
     layers = UnitLayers.of(graph)
     layer = layers.layer_of_unit()[layers.unit_of]
@@ -83,8 +83,8 @@ def gradient_blocks(graph, cluster, min_share: float) -> tuple[np.ndarray, float
 def _gradient_block_rounds(search: _Search, bound_us: float | None) -> None:
     """The track (module docstring); what it did goes to ``search.grad_block_report``."""
     config = search.config
-    if (config.grad_block_evals <= 0 or search.n_dev < 2 or bound_us is None
-            or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+    if (config.grad_block_evals <= 0 or search.n_dev < 2 or bound_us is None or not search.graph.n_ops
+            or search.out_of_time() or search.best[0] <= bound_us * (1.0 + config.target_gap)):
         return
     block, share = gradient_blocks(search.graph, search.cluster, config.grad_block_min_share)
     report = search.grad_block_report
