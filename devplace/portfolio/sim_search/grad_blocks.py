@@ -7,8 +7,8 @@ adds of a 2048 x 8192 gradient, 24.77 ms, for each of three weights). Those ops 
 their weight's update, so they can run on another device than the recurrence, which only sends
 them each step's small inputs. The annealing moves units (a forward op with its backward ops) or
 runs of them, and the layer moves take a layer with its chains, so neither separates a layer's
-recurrence from its weights' chains in one step; on RNNLM at 30% memory every seed ends with one
-GPU running the classifier, half a layer and a chain (81.5 ms).
+recurrence from its weights' chains in one step; on RNNLM at 30% memory seeds 0-2 end at
+81.5-81.8 ms without this track, one GPU holding the classifier, half a layer and a chain.
 
 Blocks (``gradient_blocks``): per op, the parameter whose update every path from it reaches
 (``gradient_owner``: the op's gradient feeds that parameter and nothing else). A parameter whose
@@ -19,9 +19,10 @@ layer's block (``devplace.placers._layers``). The track runs where such blocks h
 0%): a greedy descent over whole-block moves (``layers._layer_descent``) from the best laid out by
 block and from ``grad_block_starts`` - 1 random block maps (drawn from the search's seeded rng),
 sharing ``grad_block_evals``; then annealing rounds from the fastest end, as the coarse MIP track
-does (``anneal._track_rounds``). RNNLM at 30%: block maps end at 94.0-94.4 ms, and annealing
-from the fastest reaches 78.0 ms in four rounds. It runs after every other phase, so it only
-makes the result faster for the same seed.
+does (``anneal._track_rounds``). RNNLM at 30%: the descents end at 93.95-94.45 ms (93.95 is the
+best of all 11,051 block maps up to relabelling the GPUs), and annealing from the fastest reaches
+79.56 / 79.83 / 80.46 ms at seeds 0 / 1 / 2 (``benchmarks/coarse_mip_start.py``). It runs after
+every other phase, so it only makes the result faster for the same seed.
 """
 
 from __future__ import annotations
