@@ -28,7 +28,11 @@ So this placer
 4. last, on graphs of a thousand ops or more while the gap is still wide, solves exact's
    mixed-integer program on the step coarsened to ``coarse_mip_groups`` layer groups and anneals
    ``coarse_mip_rounds`` rounds from its placement (``coarse_mip.py``): a start no local move
-   reaches (ResNet-50 at 30% memory: 568.9 -> 541.5 ms).
+   reaches (ResNet-50 at 30% memory: 568.9 -> 541.5 ms);
+5. then, where weights whose gradients are summed over time steps hold a large share of the step
+   (a recurrent net), descends over maps of *gradient blocks* (each such weight with its gradient
+   chain, apart from its layer) and anneals from the fastest (``grad_blocks.py``; RNNLM at 30%
+   memory: 81.5 -> 79.6 ms).
 
 A candidate is judged by ``Simulator.step_time_us`` and, before it is accepted, by the simulator's
 peak memory against each device's capacity (skipped when even the worst case fits every device).
@@ -97,6 +101,7 @@ from devplace.portfolio.sim_search.anneal import _lower_bound_us, _rounds
 from devplace.portfolio.sim_search.canonical import best_one_device, canonical_caps_bytes, capped_cluster
 from devplace.portfolio.sim_search.coarse_mip import _coarse_mip_rounds
 from devplace.portfolio.sim_search.config import GIB, NAME, SearchConfig, log
+from devplace.portfolio.sim_search.grad_blocks import _gradient_block_rounds
 from devplace.portfolio.sim_search.layers import (
     _layer_descent_starts, _layer_descents, _layer_search, _layer_search_starts, interleaved_layers,
 )
@@ -133,6 +138,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _layer_search(search, [search.best] + search_starts)
     _layer_descents(search, [search.best] + descent_starts)
     _coarse_mip_rounds(search, bound_us if nominal else None)
+    _gradient_block_rounds(search, bound_us if nominal else None)
     if search.best[0] <= search.closed_us:
         stopped_by = "bound"
     step_us, devices, priority, how = search.best
@@ -147,7 +153,8 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
                  "balanced_cut_starts": search.balanced_cuts, "virtual_cap_rounds": search.virtual_rounds,
                  "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report,
-                 "coarse_mip": search.coarse_mip_report, "fine_units": search.fine.n_units,
+                 "coarse_mip": search.coarse_mip_report, "grad_blocks": search.grad_block_report,
+                 "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )
 

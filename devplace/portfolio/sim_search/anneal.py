@@ -258,3 +258,24 @@ def _anneal(search: _Search, start: tuple) -> tuple[str, tuple]:
             info = _critical_info(search, devices, priority)
             since_best = 0
     return "evals", home
+
+
+def _track_rounds(search: _Search, home: tuple, name: str, max_track_rounds: int, behind: float) -> tuple[int, float]:
+    """Annealing rounds from a start no other round reached (a track: the coarse MIP start, the
+    gradient blocks), each from the track's best: ``max_rounds``, then up to ``max_track_rounds``
+    while that best is within ``behind`` of the best found; returns the rounds and the track's best."""
+    config = search.config
+    rounds = 0
+    while rounds < max_track_rounds:
+        if search.best[0] <= search.closed_us or search.out_of_time():
+            break
+        if rounds >= config.max_rounds and home[0] > search.best[0] * (1.0 + behind):
+            break
+        search.reporter.begin(f"{NAME} ({name}, round {rounds + 1})", total=config.max_evals)
+        search.phase_began = search.evals
+        try:
+            _, home = _anneal(search, home)
+        finally:
+            search.reporter.end()
+        rounds += 1
+    return rounds, home[0]

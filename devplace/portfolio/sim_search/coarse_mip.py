@@ -45,8 +45,8 @@ from devplace.errors import OutOfMemoryError
 from devplace.graph import Role
 from devplace.placers._moves import leader_units
 from devplace.placers.exact import ExactOptions, solve_mip
-from devplace.portfolio.sim_search.anneal import _anneal
-from devplace.portfolio.sim_search.config import NAME, log
+from devplace.portfolio.sim_search.anneal import _track_rounds
+from devplace.portfolio.sim_search.config import log
 from devplace.transforms.coarsening import Coarsening, colocation_of_pieces, quotient
 
 if TYPE_CHECKING:
@@ -153,18 +153,7 @@ def _coarse_mip_rounds(search: _Search, bound_us: float | None) -> None:
         return
     search.coarse_mip_report.update(before_us=search.best[0])
     home = _coarse_mip_start(search)
-    rounds = 0
-    while home is not None and rounds < config.coarse_mip_rounds:
-        if search.best[0] <= search.closed_us or search.out_of_time():
-            break
-        if rounds >= config.max_rounds and home[0] > search.best[0] * (1.0 + config.coarse_mip_behind):
-            break
-        search.reporter.begin(f"{NAME} (coarse MIP start, round {rounds + 1})", total=config.max_evals)
-        search.phase_began = search.evals
-        try:
-            _, home = _anneal(search, home)
-        finally:
-            search.reporter.end()
-        rounds += 1
-    search.coarse_mip_report.update(rounds=rounds, best_us=None if home is None else home[0])
+    rounds, best_us = (0, None) if home is None else _track_rounds(
+        search, home, "coarse MIP start", config.coarse_mip_rounds, config.coarse_mip_behind)
+    search.coarse_mip_report.update(rounds=rounds, best_us=best_us)
     log.info("coarse MIP start: %s", search.coarse_mip_report)

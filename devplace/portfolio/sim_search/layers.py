@@ -162,12 +162,14 @@ def _layer_descents(search: _Search, starts: list[tuple]) -> None:
         search.reporter.end()
 
 
-def _layer_descent(search: _Search, step: float, devices: np.ndarray, priority, how: str, budget_end: int) -> None:
-    """One greedy descent over whole-layer moves from a start (``_layer_descents``); offers its end."""
+def _layer_descent(search: _Search, step: float, devices: np.ndarray, priority, how: str, budget_end: int,
+                   layer_ops: list[np.ndarray] | None = None) -> tuple:
+    """One greedy descent over whole-layer moves (of ``layer_ops``, else the search's layers) from a
+    start (``_layer_descents``); offers its end and returns it as (step us, devices, priority)."""
     moves = 0
     while search.evals < budget_end and not search.out_of_time() and search.best[0] > search.closed_us:
         fastest = (step, None, None)
-        for ops in search.layer_ops:
+        for ops in search.layer_ops if layer_ops is None else layer_ops:
             for target in range(search.n_dev):
                 if (devices[ops] == target).all() or search.evals >= budget_end:
                     continue
@@ -183,3 +185,4 @@ def _layer_descent(search: _Search, step: float, devices: np.ndarray, priority, 
     if moves:
         log.info("eval %5d  layer descent from %s: %d moves, %.3f ms", search.evals, how, moves, step / 1e3)
         search.offer(step, devices, priority, f"layer descent ({moves} moves) from {how}")
+    return step, devices, priority
