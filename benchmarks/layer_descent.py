@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--label", required=True)
     parser.add_argument("--models", default="gnmt", help="comma-separated zoo names")
-    parser.add_argument("--memories", default="30%,ample", help=f"comma-separated, of {', '.join(MEMORIES)}")
+    parser.add_argument("--memories", default="30%,ample", help=f"comma-separated, of {', '.join(MEMORIES)}".replace("%", "%%"))
     parser.add_argument("--bundled", action="store_true", help="the four bundled graphs instead of --models")
     parser.add_argument("--out", default="layer_descent.json", help="file name under benchmarks/results")
     parser.add_argument("--seed", type=int, default=0, help="sim-search's seed for the zoo models")
