@@ -10,7 +10,7 @@ from scipy.sparse import csgraph
 
 from devplace.bounds.fork_join import fork_join_windows
 from devplace.bounds.relaxation import Relaxation, comm_windows, longest_path
-from devplace.bounds.turn_path import _turn_probe
+from devplace.bounds.turn_path import turn_probe
 from devplace.sim.channels import COMM_MODEL_CODES, DUPLEX, SEQUENTIAL
 
 
@@ -69,7 +69,7 @@ def turn_cut_us(graph, cluster, rel: Relaxation, max_passes: int = 128) -> float
     if graph.n_ops == 0 or cluster.n_devices == 1:
         return base_us
     path_ops, path_edges = longest_path(graph, p_all, np.where(rel.forced_cut, rel.cut_us, 0.0))
-    x = _turn_probe(graph, rel, path_ops)
+    x = turn_probe(graph, rel, path_ops)
     if x < 0:
         return base_us
     q = int(np.flatnonzero(path_ops == x)[0])

@@ -64,7 +64,7 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
         return base_us
     edge_us = np.where(rel.forced_cut, rel.cut_us, 0.0)
     path_ops, path_edges = longest_path(graph, rel.fastest_us, edge_us)
-    x = _turn_probe(graph, rel, path_ops)
+    x = turn_probe(graph, rel, path_ops)
     if x < 0:
         return base_us
     path_units = np.unique(rel.unit[path_ops])
@@ -178,9 +178,10 @@ class _TurnBlocks:
         return solver.getModelStatus() != highspy.HighsModelStatus.kInfeasible
 
 
-def _turn_probe(graph, rel: Relaxation, path_ops: np.ndarray) -> int:
-    """The op x of the path, taking time on every device, where the outputs of earlier path ops
-    read (over an edge that costs time) by x or a later path op weigh most; -1 if there are none."""
+def turn_probe(graph, rel: Relaxation, path_ops: np.ndarray) -> int:
+    """The op x of the path (the *turn*; ``turn_cut`` probes it too), taking time on every device,
+    where the outputs of earlier path ops read (over an edge that costs time) by x or a later path
+    op weigh most; -1 if there are none."""
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(len(path_ops))
     src, dst = graph.edge_src, graph.edge_dst
