@@ -148,8 +148,8 @@ def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) ->
     return "evals", rounds
 
 
-def _reported(search: _Search, title: str, run, arg) -> str:
-    """One round, ``run(search, arg)`` (returns what stopped it), shown to the progress hook as the task ``title``."""
+def _reported(search: _Search, title: str, run, arg):
+    """One round, ``run(search, arg)``, shown to the progress hook as ``title``; returns what ``run`` returns."""
     search.reporter.begin(title, total=search.config.max_evals)
     search.phase_began = search.evals
     try:
@@ -271,11 +271,6 @@ def _track_rounds(search: _Search, home: tuple, name: str, max_track_rounds: int
             break
         if rounds >= config.max_rounds and home[0] > search.best[0] * (1.0 + behind):
             break
-        search.reporter.begin(f"{NAME} ({name}, round {rounds + 1})", total=config.max_evals)
-        search.phase_began = search.evals
-        try:
-            _, home = _anneal(search, home)
-        finally:
-            search.reporter.end()
+        home = _reported(search, f"{NAME} ({name}, round {rounds + 1})", lambda s, start: _anneal(s, start)[1], home)
         rounds += 1
     return rounds, home[0]
