@@ -32,7 +32,10 @@ So this placer
 5. then, where weights whose gradients are summed over time steps hold a large share of the step
    (a recurrent net), descends over maps of *gradient blocks* (each such weight with its gradient
    chain, apart from its layer) and anneals from the fastest (``grad_blocks.py``; RNNLM at 30%
-   memory: 81.5 -> 79.6 ms).
+   memory: 81.5 -> 79.6 ms);
+6. last, where memory is tight and the gap still wide (graphs small enough for every extra round),
+   runs the whole search with twice the memory, repairs its best into the real memory and anneals
+   from there (``loose_memory.py``).
 
 A candidate is judged by ``Simulator.step_time_us`` and, before it is accepted, by the simulator's
 peak memory against each device's capacity (skipped when even the worst case fits every device).
@@ -105,6 +108,7 @@ from devplace.portfolio.sim_search.grad_blocks import _gradient_block_rounds
 from devplace.portfolio.sim_search.layers import (
     _layer_descent_starts, _layer_descents, _layer_search, _layer_search_starts, interleaved_layers,
 )
+from devplace.portfolio.sim_search.loose_memory import _loose_memory_rounds
 from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
@@ -139,6 +143,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _layer_descents(search, [search.best] + descent_starts)
     _coarse_mip_rounds(search, bound_us if nominal else None)
     _gradient_block_rounds(search, bound_us if nominal else None)
+    _loose_memory_rounds(search, bound_us if nominal else None)
     if search.best[0] <= search.closed_us:
         stopped_by = "bound"
     step_us, devices, priority, how = search.best
@@ -154,6 +159,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
                  "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report,
                  "coarse_mip": search.coarse_mip_report, "grad_blocks": search.grad_block_report,
+                 "loose_memory": search.loose_memory_report,
                  "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )

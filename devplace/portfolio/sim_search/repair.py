@@ -65,13 +65,15 @@ def _repair_move(search: _Search, devices: np.ndarray, result) -> tuple[str, np.
     return "group", with_colocation(search.fine, units.members(unit)), target
 
 
-def _repair(search: _Search) -> bool:
-    """Greedy descent on (total overflow, step time) from the least-overflowing starts; True once a
-    placement fits (it is offered, so the annealing continues from it)."""
+def _repair(search: _Search, starts: list[tuple] | None = None, report: dict | None = None) -> tuple | None:
+    """Greedy descent on (total overflow, step time) from the least-overflowing of ``starts`` (the
+    search's over-memory starts by default); the first placement that fits, as ``search.best`` (it
+    is offered, so the annealing continues from it), or None. What it did goes to ``report`` (the
+    search's ``repair_report`` by default)."""
     config = search.config
-    starts = sorted(search.starts, key=lambda s: (s[0], s[1]))[: config.repair_starts]
+    starts = sorted(search.starts if starts is None else starts, key=lambda s: (s[0], s[1]))[: config.repair_starts]
     budget_end = search.evals + config.repair_max_evals
-    report = search.repair_report
+    report = search.repair_report if report is None else report
     report.update(starts_tried=[], evals=0)
     began_evals = search.evals
     for overflow, step, devices, priority, how in starts:
@@ -100,9 +102,9 @@ def _repair(search: _Search) -> bool:
             if overflow == 0:
                 report.update(evals=search.evals - began_evals, repaired=how)
                 search.offer(step, devices, priority, f"repair of {how} ({move} move)")
-                return True
+                return step, devices, priority, f"repair of {how} ({move} move)"
     report["evals"] = search.evals - began_evals
-    return False
+    return None
 
 
 def _overflow_error(search: _Search) -> OutOfMemoryError:

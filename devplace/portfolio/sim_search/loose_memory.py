@@ -1,0 +1,72 @@
+"""The looser-memory track: the search run again with more memory than the devices have, its best
+repaired into the real memory, then annealed from there.
+
+Where memory is tight, the annealing at the real memory stays in the basins its first fitting
+starts lie in: a move that would pass through a placement over memory is refused. With more memory
+the search walks elsewhere, and its best is often a few repair moves from fitting (Transformer,
+zoo, 30% of 8 GiB, seed 0: the best at 60% memory, 412.3 ms, repaired into 30% fits in 8 evals at
+430.8 ms, and one 2,000-eval round from there gives 413.6 ms, against 419.0 ms from the search at
+30%). So, last, while the gap is above ``target_gap`` on a graph small enough for every extra round
+(as ``canonical.py`` decides it) whose one-device peak does not fit some device, the whole search
+runs on the cluster with each device's memory raised to ``loose_memory_factor`` x its own (capped
+by the one-device peak: above it memory changes nothing), its best is repaired into the real
+memory (``repair._repair``) and annealed as a track (``anneal._track_rounds``). It comes after
+every other round and keeps the best, so it can only make the result faster at the same seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from devplace.portfolio.sim_search.anneal import _track_rounds
+from devplace.portfolio.sim_search.config import GIB, log
+from devplace.portfolio.sim_search.repair import _repair
+
+if TYPE_CHECKING:
+    from devplace.portfolio.sim_search.search import _Search
+
+
+def loosened_cluster(cluster, memory_bytes: np.ndarray):
+    """The cluster with each device's memory set to ``memory_bytes`` (names kept: nothing decides by them)."""
+    devices = [dataclasses.replace(dev, memory_bytes=float(m)) for dev, m in zip(cluster.devices, memory_bytes)]
+    return dataclasses.replace(cluster, devices=devices)
+
+
+def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
+    """The looser-memory track (module docstring); what it did goes to ``loose_memory_report``."""
+    from devplace.portfolio.sim_search import place
+
+    config, graph = search.config, search.graph
+    rounds_op_evals = 4 * config.max_rounds * config.max_evals * graph.n_ops
+    if (config.loose_memory_factor <= 1.0 or config.loose_memory_rounds < 1 or search.n_dev < 2
+            or bound_us is None or search.memory_is_ample or rounds_op_evals > config.small_graph_op_evals
+            or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+        return
+    search.evals += 1
+    devices = np.full(graph.n_ops, int(np.argmax(search.cluster.memory_bytes)))
+    one_device_peak = float(search.examine(devices, None)[1].peak_memory_bytes.max())
+    memory = search.cluster.memory_bytes
+    if one_device_peak <= memory.min():
+        return      # memory is not tight: one device holds the whole step
+    looser = np.maximum(memory, np.minimum(config.loose_memory_factor * memory, one_device_peak))
+    report = search.loose_memory_report
+    report.update(before_us=search.best[0], memory_gib=[float(m) / GIB for m in looser])
+    inner = dataclasses.replace(config, loose_memory_rounds=0, canonical_caps=())
+    loose = place(graph, loosened_cluster(search.cluster, looser), seed=search.seed, options=inner)
+    search.evals += loose.options["evals"]
+    report.update(loose_us=loose.options["step_us"], loose_evals=loose.options["evals"])
+    overflow, step_us, _ = search.measure(loose.devices, loose.priority)
+    start = (overflow, step_us, loose.devices, loose.priority, "the looser-memory search's best")
+    if overflow > 0:
+        report["repair"] = {}
+        home = _repair(search, [start], report["repair"])
+    else:
+        search.offer(step_us, loose.devices, loose.priority, start[4])
+        home = (step_us, loose.devices, loose.priority, start[4])
+    rounds, best_us = (0, None) if home is None else _track_rounds(
+        search, home, "looser-memory best", config.loose_memory_rounds, 0.0)
+    report.update(start_us=None if home is None else home[0], rounds=rounds, best_us=best_us)
+    log.info("looser-memory track: %s", report)

@@ -1,0 +1,36 @@
+"""sim-search's looser-memory track: under tight memory it searches with more memory, repairs that
+best into the real memory and anneals from there; the result fits, is the same for the same seed and
+is never slower than without the track."""
+
+import numpy as np
+import pytest
+
+import devplace as dp
+from devplace.cluster import uniform_cluster
+
+# bert_l-3_training (600 ops); target_gap 0 keeps the gap "wide", small_graph_op_evals lets the track run
+SMALL = {"max_evals": 60, "max_rounds": 1, "small_graph_op_evals": 2e5, "layer_descent_evals": 0,
+         "layer_search_evals": 0, "target_gap": 0.0, "coarse_mip_groups": 0, "grad_block_evals": 0,
+         "virtual_caps": (), "loose_memory_rounds": 1, "seeds": ("m-topo",)}
+
+
+@pytest.fixture(scope="module")
+def tight_bert():
+    g = dp.load_graph(dp.example_path("bert_l-3_training.json"))
+    one_device_peak = dp.simulate(g, uniform_cluster(1), [0] * g.n_ops).peak_memory_bytes[0]
+    return g, uniform_cluster(4, memory_bytes=0.4 * one_device_peak)
+
+
+def test_the_track_searches_with_more_memory_and_anneals_its_repaired_best(tight_bert):
+    g, c = tight_bert
+    runs = [dp.place(g, c, "sim-search", seed=2, **SMALL) for _ in range(2)]
+    report = runs[0].options["loose_memory"]
+    assert report["rounds"] == 1 and report["start_us"] is not None
+    assert min(report["memory_gib"]) * 2**30 > c.memory_bytes.max()     # the inner search had more memory
+    assert report["loose_evals"] > 0 and runs[0].options["evals"] > report["loose_evals"]
+    assert np.array_equal(runs[0].devices, runs[1].devices) and runs[0].options == runs[1].options
+    result = dp.simulate(g, c, runs[0])
+    assert result.fits and result.step_time_us == pytest.approx(runs[0].options["step_us"])
+    without = dp.place(g, c, "sim-search", seed=2, **{**SMALL, "loose_memory_factor": 1.0})
+    assert without.options["loose_memory"] == {}
+    assert runs[0].options["step_us"] <= without.options["step_us"]
