@@ -11,7 +11,7 @@ from devplace.cluster import uniform_cluster
 # bert_l-3_training (600 ops); target_gap 0 keeps the gap "wide", small_graph_op_evals lets the track run
 SMALL = {"max_evals": 60, "max_rounds": 1, "small_graph_op_evals": 2e5, "layer_descent_evals": 0,
          "layer_search_evals": 0, "target_gap": 0.0, "coarse_mip_groups": 0, "grad_block_evals": 0,
-         "virtual_caps": (), "loose_memory_rounds": 1, "seeds": ("m-topo",)}
+         "virtual_caps": (), "loose_memory_factor": 2.0, "loose_memory_rounds": 1, "seeds": ("m-topo",)}
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,9 @@ runs on the cluster with each device's memory raised to ``loose_memory_factor`` 
 by the one-device peak: above it memory changes nothing), its best is repaired into the real
 memory (``repair._repair``) and annealed as a track (``anneal._track_rounds``). It comes after
 every other round and keeps the best, so it can only make the result faster at the same seed.
+It is opt-in (``loose_memory_factor`` 1.0 by default): at 2.0 the Transformer reaches 412.2 ms
+(within 10% of its bound) for 1.95x the evaluations, while Inception-V3 and ResNet-50 at 30% gain
+nothing for 2.3x and 1.16x; inside the canonical caps' searches it would run once more per cap.
 """
 
 from __future__ import annotations
