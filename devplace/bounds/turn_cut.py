@@ -8,8 +8,7 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse import csgraph
 
-from devplace.bounds.fork_join import fork_join_windows
-from devplace.bounds.relaxation import Relaxation, comm_windows, longest_path
+from devplace.bounds.relaxation import Relaxation, longest_path, windows_us
 from devplace.bounds.turn_path import turn_probe
 from devplace.sim.channels import COMM_MODEL_CODES, DUPLEX, SEQUENTIAL
 
@@ -124,8 +123,7 @@ def _comm_path_with_cut_us(graph, rel: Relaxation, edge: int) -> float:
     """``comm_path_us`` over the placements that cut this edge: the windows with it always cut."""
     forced = rel.forced_cut.copy()
     forced[edge] = True
-    head, tail = fork_join_windows(graph, rel.fastest_us, rel.cut_us, forced,
-                                   *comm_windows(graph, rel.fastest_us, rel.cut_us, forced))
+    head, tail = windows_us(graph, rel.fastest_us, rel.cut_us, forced)
     return float((head + rel.fastest_us + tail).max(initial=0.0))
 
 
