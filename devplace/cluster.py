@@ -168,6 +168,13 @@ class Cluster:
         devices = [replace(dev, memory_bytes=dev.memory_bytes * fraction) for dev in self.devices]
         return replace(self, name=f"{self.name}@mem{fraction:g}", devices=devices)
 
+    def with_memory_bytes(self, memory_bytes) -> "Cluster":
+        """The same cluster with each device's memory set to ``memory_bytes`` (one per device), its
+        name kept: what a search under a cap or a looser memory runs on."""
+        memory = np.broadcast_to(np.asarray(memory_bytes, dtype=np.float64), (self.n_devices,))
+        devices = [replace(dev, memory_bytes=float(m)) for dev, m in zip(self.devices, memory)]
+        return replace(self, devices=devices)
+
     def with_devices(self, n_devices: int) -> "Cluster":
         """The same machine with ``n_devices`` devices, for a paper's 2- or 8-GPU setting.
 

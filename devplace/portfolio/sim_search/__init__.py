@@ -98,11 +98,13 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
+
 from devplace.errors import PlacementError
 from devplace.placement import Placement
 from devplace.placers import register
 from devplace.portfolio.sim_search.anneal import _lower_bound_us, _rounds
-from devplace.portfolio.sim_search.canonical import best_one_device, canonical_caps_bytes, capped_cluster
+from devplace.portfolio.sim_search.canonical import best_one_device, canonical_caps_bytes
 from devplace.portfolio.sim_search.coarse_mip import _coarse_mip_rounds
 from devplace.portfolio.sim_search.config import GIB, NAME, SearchConfig, log
 from devplace.portfolio.sim_search.grad_blocks import _gradient_block_rounds
@@ -175,7 +177,8 @@ def _canonical_place(graph, cluster, seed: int, config: SearchConfig, caps_bytes
         budget_s = config.time_budget_s
         left_s = None if budget_s is None else max(budget_s - (time.perf_counter() - began), 0.0)
         capped_config = dataclasses.replace(config, canonical_caps=(), time_budget_s=left_s)
-        capped.append(place(graph, capped_cluster(cluster, cap), seed=seed, options=capped_config))
+        capped.append(place(graph, cluster.with_memory_bytes(np.minimum(cluster.memory_bytes, cap)), seed=seed,
+                            options=capped_config))
     best = min(capped, key=lambda placement: placement.options["step_us"])
     search = _Search(graph, cluster, config, seed)     # the real memory: judges the one-device placements
     one_us, one_devices, one_priority, one_how = best_one_device(search)

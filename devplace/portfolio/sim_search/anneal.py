@@ -131,9 +131,7 @@ def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) ->
     config = search.config
     if not config.virtual_caps or bound_us is None:
         return "evals", rounds
-    search.evals += 1
-    devices = np.full(search.graph.n_ops, int(np.argmax(search.cluster.memory_bytes)))
-    one_device_peak = float(search.examine(devices, None)[1].peak_memory_bytes.max())
+    one_device_peak = search.one_device_peak_bytes()
     for fraction in config.virtual_caps:
         if search.best[0] <= bound_us * (1.0 + config.target_gap):
             break

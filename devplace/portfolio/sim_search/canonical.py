@@ -27,13 +27,12 @@ peak 215.0; small_cnn 243.3 against 248.3).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from devplace.placement import Placement
+from devplace.portfolio.sim_search.search import one_device_peak_bytes
 from devplace.sim import Simulator
 
 if TYPE_CHECKING:
@@ -44,20 +43,12 @@ def canonical_caps_bytes(graph, cluster, config: SearchConfig) -> list[float]:
     """``canonical_caps`` x the one-device peak, or [] where they are off, the graph has fewer than
     ``canonical_cap_min_ops`` ops or is too large for every extra round, or some device holds less
     than the largest cap."""
-    rounds_op_evals = 4 * config.max_rounds * config.max_evals * graph.n_ops
     if not config.canonical_caps or cluster.n_devices < 2 or graph.n_ops < config.canonical_cap_min_ops \
-            or rounds_op_evals > config.small_graph_op_evals:
+            or not config.gets_every_extra_round(graph.n_ops):
         return []
-    devices = np.full(graph.n_ops, int(np.argmax(cluster.memory_bytes)))
-    one_device_peak_bytes = float(Simulator(graph, cluster).run(Placement(devices=devices)).peak_memory_bytes.max())
-    caps_bytes = [fraction * one_device_peak_bytes for fraction in config.canonical_caps]
+    peak_bytes = one_device_peak_bytes(Simulator(graph, cluster))
+    caps_bytes = [fraction * peak_bytes for fraction in config.canonical_caps]
     return caps_bytes if (cluster.memory_bytes >= max(caps_bytes)).all() else []
-
-
-def capped_cluster(cluster, cap_bytes: float):
-    """The cluster with each device's memory cut to ``cap_bytes`` (its name kept: nothing decides by it)."""
-    devices = [dataclasses.replace(dev, memory_bytes=min(dev.memory_bytes, cap_bytes)) for dev in cluster.devices]
-    return dataclasses.replace(cluster, devices=devices)
 
 
 def best_one_device(search) -> tuple[float, np.ndarray, np.ndarray | None, str]:

@@ -114,3 +114,8 @@ class SearchConfig:
     robust_samples: int = option(0, "score candidates by the mean step time over this many perturbed cost models "
                                     "(devplace.robust, from the seed) instead of the nominal one; that many times "
                                     "slower (0: nominal)")
+
+    def gets_every_extra_round(self, n_ops: int) -> bool:
+        """Whether a graph of ``n_ops`` ops is small enough for all 4 x ``max_rounds`` rounds
+        (``small_graph_op_evals``): where a whole search more (canonical caps, looser memory) is affordable."""
+        return 4 * self.max_rounds * self.max_evals * n_ops <= self.small_graph_op_evals

@@ -32,25 +32,16 @@ if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
 
 
-def loosened_cluster(cluster, memory_bytes: np.ndarray):
-    """The cluster with each device's memory set to ``memory_bytes`` (names kept: nothing decides by them)."""
-    devices = [dataclasses.replace(dev, memory_bytes=float(m)) for dev, m in zip(cluster.devices, memory_bytes)]
-    return dataclasses.replace(cluster, devices=devices)
-
-
 def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
     """The looser-memory track (module docstring); what it did goes to ``loose_memory_report``."""
     from devplace.portfolio.sim_search import place
 
     config, graph = search.config, search.graph
-    rounds_op_evals = 4 * config.max_rounds * config.max_evals * graph.n_ops
     if (config.loose_memory_factor <= 1.0 or config.loose_memory_rounds < 1 or search.n_dev < 2
-            or bound_us is None or search.memory_is_ample or rounds_op_evals > config.small_graph_op_evals
+            or bound_us is None or search.memory_is_ample or not config.gets_every_extra_round(graph.n_ops)
             or search.best[0] <= bound_us * (1.0 + config.target_gap)):
         return
-    search.evals += 1
-    devices = np.full(graph.n_ops, int(np.argmax(search.cluster.memory_bytes)))
-    one_device_peak = float(search.examine(devices, None)[1].peak_memory_bytes.max())
+    one_device_peak = search.one_device_peak_bytes()
     memory = search.cluster.memory_bytes
     if one_device_peak <= memory.min():
         return      # memory is not tight: one device holds the whole step
@@ -58,7 +49,7 @@ def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
     report = search.loose_memory_report
     report.update(before_us=search.best[0], memory_gib=[float(m) / GIB for m in looser])
     inner = dataclasses.replace(config, loose_memory_rounds=0, canonical_caps=())
-    loose = place(graph, loosened_cluster(search.cluster, looser), seed=search.seed, options=inner)
+    loose = place(graph, search.cluster.with_memory_bytes(looser), seed=search.seed, options=inner)
     search.evals += loose.options["evals"]
     report.update(loose_us=loose.options["step_us"], loose_evals=loose.options["evals"])
     overflow, step_us, _ = search.measure(loose.devices, loose.priority)

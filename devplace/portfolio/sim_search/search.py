@@ -20,6 +20,13 @@ from devplace.sim import Simulator
 from devplace.sim.result import usable_memory_bytes
 
 
+def one_device_peak_bytes(sim: Simulator) -> float:
+    """The peak memory of the whole step on the device with the most memory (topological order):
+    what the memory caps are fractions of."""
+    devices = np.full(sim.graph.n_ops, int(np.argmax(sim.cluster.memory_bytes)))
+    return float(sim.run(Placement(devices=devices)).peak_memory_bytes.max())
+
+
 class _Search:
     """The simulator, the units and the incumbent; ``evaluate`` is the only way a placement is judged."""
 
@@ -129,6 +136,11 @@ class _Search:
     def virtual(self) -> bool:
         """True inside ``capped`` with a cap below some device's memory."""
         return bool((self.cap_bytes < self.real_cap_bytes).any())
+
+    def one_device_peak_bytes(self) -> float:
+        """``one_device_peak_bytes``, counted as an eval."""
+        self.evals += 1
+        return one_device_peak_bytes(self.sim)
 
     def examine(self, devices: np.ndarray, priority: np.ndarray | None):
         """Full simulation: (fits ``cap_bytes``, SimResult)."""
