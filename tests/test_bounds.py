@@ -923,6 +923,73 @@ def test_chained_fork_joins_behind_a_free_edge_each_run_their_branches_in_turn(m
     assert bounds["comm_path_us"] == 160.0 == bounds["best_us"] == brute_force(graph, cluster)
 
 
+def ordered_branches_instance(seed: int, ordered: bool = True):
+    """A fork f, a 20-60 us op a between f and the join j over 500 us edges, and one or two branches
+    f -> s (0-5 us) -> u (10-40 us) -> j over small edges (0.1-4 KB, fixed-time or ordering), each u
+    also behind an ordering edge f -> u of no bytes if ``ordered``; beside them an op z 1 us longer
+    than f + a + j, so the paths that do not cross a window stay below z; two devices."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["fast", "slow"])
+    times = {}
+
+    def op(name, low, high, t=None):
+        times[name] = float(rng.integers(low, high)) if t is None else t
+        b.add_op(name, compute_us={"fast": times[name], "slow": 2.0 * times[name]})
+
+    def edge(a, c):
+        kind = rng.integers(0, 3)
+        b.add_edge(a, c, bytes=float(rng.integers(1, 40)) * 1e2 if kind else 0.0,
+                   fixed_us=float(rng.integers(0, 60)) if kind == 1 else None)
+
+    op("f", 0, 21)
+    op("j", 0, 21)
+    for i in range(int(rng.integers(1, 3))):
+        op(f"s{i}", 0, 6)
+        op(f"u{i}", 10, 41)
+        edge("f", f"s{i}")
+        edge(f"s{i}", f"u{i}")
+        edge(f"u{i}", "j")
+        if ordered:
+            b.add_edge("f", f"u{i}", bytes=0.0)
+    op("a", 20, 61)
+    b.add_edge("f", "a", fixed_us=500.0)
+    b.add_edge("a", "j", fixed_us=500.0)
+    op("z", 0, 0, t=times["f"] + times["a"] + times["j"] + 1.0)
+    return b.build(), linked_cluster(rng, 2, float(rng.integers(5, 30)))
+
+
+def test_an_ordering_edge_that_a_data_path_implies_never_lowers_the_windows():
+    """A branch op u behind f -> s -> u and also behind an ordering edge f -> u of no bytes: off f's
+    device it still waits for s's output to cross, so what u's leaving costs a window is that
+    path's own cheapest cut, not the free edge's. Adding the redundant edge must not lower the
+    communication path (the windows' own bound), and no bound may pass brute force."""
+    for seed in range(30):
+        graph, cluster = ordered_branches_instance(seed)
+        bounds = checked_bounds(graph, cluster, seed, n_orders=3)
+        unordered = lower_bounds(*ordered_branches_instance(seed, ordered=False))
+        # measured: with each op's least cut over every path alone (no path's own cut) it fell on 9 of the 30
+        assert bounds["comm_path_us"] >= unordered["comm_path_us"] * (1 - 1e-9), (seed, bounds, unordered)
+
+
+def test_a_branch_behind_a_free_ordering_edge_pays_its_data_path_cut_to_leave():
+    """f (10 us) -> a (100 us) -> j (10 us) over 1,000 us edges, and a branch f -> s (1 us) -> u
+    (60 us) -> j over 40 us edges, u also behind an ordering edge f -> u of no bytes; beside them
+    an unrelated 125 us op, on three devices. All on f's device: 10 + (100 + 1 + 60 in turn) + 10
+    = 181 us. u leaving: s's output crosses after 11 us, u runs 51-111, its output crosses back by
+    151, j ends at 161 us, the brute-force optimum. Were the free edge u's way in, leaving would
+    cost 10 + 1 + 60 + 40 + 10 = 121 us, below the 125 us op (main's windows: every bound 125 us)."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("z", 125.0), ("f", 10.0), ("a", 100.0), ("s", 1.0), ("u", 60.0), ("j", 10.0)):
+        b.add_op(name, compute_us=us)
+    for x, y, us in (("f", "a", 1000.0), ("a", "j", 1000.0), ("f", "s", 40.0), ("s", "u", 40.0), ("u", "j", 40.0)):
+        b.add_edge(x, y, fixed_us=us)
+    b.add_edge("f", "u", bytes=0.0)
+    graph, cluster = b.build(), uniform_cluster(3)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["comm_path_us"] == 161.0 == bounds["best_us"] == brute_force(graph, cluster, n_orders=6)
+    assert max(bounds[name] for name in ("critical_path_us", "memory_path_us", "turn_path_us", "work_us")) == 125.0
+
+
 def saved_step_instance(seed: int, n_layers: int = 3, n_devices: int = 2):
     """A tiny training step whose saved outputs cross as whole tensors: forward ops f0..f(n-1), a
     loss, backward ops b(n-1)..b0, f_i's 2-5 MiB output sent whole to f(i+1) and saved for b_i, on

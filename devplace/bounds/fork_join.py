@@ -22,14 +22,17 @@ def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_
     weight feeding many ops would hide the fork). Its *region* R is every op that descends from f
     and leads to j (f, j left out); joins whose region is empty or holds more than
     ``MAX_REGION_OPS`` ops get no window. For u in R: e_u, the longest path from f to u by fastest
-    times of the ops strictly between; q_u likewise from u to j; L_u = e_u + p_u + q_u; m_in(u),
-    the least cut cost (``cut_us``; inf if never cut) of an edge on a path from f to u; m_out(u)
-    likewise from u to j; key_u = L_u + m_in(u) +
-    m_out(u); lead and trail, the least over u of e_u + m_in(u) and of q_u + m_out(u). With W(>T)
+    times of the ops strictly between; q_u likewise from u to j; L_u = e_u + p_u + q_u. in_u, what
+    f -> u takes when it crosses devices: the larger of e_u + the least cut cost (``cut_us``; inf if
+    never cut) of an edge on any path from f to u, and, for one path from f to u (built hop by hop,
+    each op extending its predecessor's path that makes the sum largest), the p of its ops strictly
+    between + the least cut cost of its own edges; out_u likewise from u to j (a branch that an
+    ordering edge of no bytes joins to f still has to cross where its data comes in). key_u = in_u +
+    p_u + out_u; lead and trail, the least over u of in_u and of out_u. With W(>T)
     the total p of the ops of R whose key is above T, *together* is the least, over T in 0 and the
     keys, of max(T, W(>T)), and *apart* the least of max(T, split(W(>T))), split(W) = min((W + lead
-    + trail) / 2, W + min(lead, trail)) (0 if W = 0), or the largest over u of L_u + min(m_in(u),
-    m_out(u)) if that is more. X(f, j) = min(together, apart).
+    + trail) / 2, W + min(lead, trail)) (0 if W = 0), or the largest over u of
+    min(in_u + p_u + q_u, e_u + p_u + out_u) if that is more. X(f, j) = min(together, apart).
     H_v is the largest of head_v (``head_us``), H_u + p_u (+ the cut cost if always cut,
     ``forced_cut``) over v's predecessors u, and H_f + p_f + X(f, v) if v has a window. G is the
     same on the reversed graph (tail_v, ``tail_us``, for head_v; successors; each fork f with two
@@ -40,21 +43,24 @@ def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_
     head_v is (given, ``comm_windows``); v starts after each predecessor u finishes, at least p_u
     after u starts (F1, F3), and an always-cut edge adds its transfer (F2). For a window it is enough that
     start(j) - finish(f) >= X(f, j). Every op of R descends from f and leads to j: it runs between
-    finish(f) and start(j) (F2). For u in R and a longest path f -> .. -> u, each op on it starts no
+    finish(f) and start(j) (F2). For u in R and any path f -> .. -> u, each op on it starts no
     earlier than its predecessor finishes, plus the transfer, at least the edge's cut cost, where
     the edge joins two devices (F2), and runs at least its fastest time (F1, F3): start(u) >=
-    finish(f) + e_u, plus m_in(u) if u is not on f's device (some edge of that path then joins two
-    devices; m_in is at most its cut cost). Likewise start(j) >= finish(u) + q_u, plus m_out(u) if
-    u is not on j's device. So the window is at least L_u, plus m_in(u) if u is off f's device, plus
-    m_out(u) if off j's. An edge never cut (cut cost inf) joins ops on one device, so an infinite
-    key only says where u must be. The ops of R on one device run there one at a time (F1), each at
+    finish(f) + the path's p; if u is not on f's device some edge of that path joins two devices,
+    so start(u) >= finish(f) + the path's p + its least cut cost. Taken for a longest path (whose
+    least cut is at least the least over all paths) and for the chosen path: start(u) >= finish(f)
+    + e_u, and >= finish(f) + in_u if u is off f's device. Likewise start(j) >= finish(u) + q_u,
+    and >= finish(u) + out_u if u is off j's device. So the window is at least L_u, at least
+    in_u + p_u + q_u if u is off f's device, e_u + p_u + out_u if off j's, key_u if off both. An
+    edge never cut (cut cost inf) joins ops on one device, so an infinite key only says where u
+    must be. The ops of R on one device run there one at a time (F1), each at
     least its fastest time, all inside the window, so their total p is at most the window.
     f and j on one device d: let T be the largest key of an op of R off d (0 if none), at most
     the window; every op with key above T is on d, so the window is at least max(T, W(>T)), at
     least together. f and j apart: every u is off f's device or off j's, so the window is at least
-    L_u + min(m_in(u), m_out(u)). Let A and B be the ops of R on f's device and on j's. If A is
+    min(in_u + p_u + q_u, e_u + p_u + out_u). Let A and B be the ops of R on f's device and on j's. If A is
     not empty, its last op u to finish finishes no earlier than finish(f) + the total p of A (they
-    run there one at a time after f), and j starts at least q_u + m_out(u) later (u is off j's
+    run there one at a time after f), and j starts at least out_u later (u is off j's
     device): the window is at least p(A) + trail. If B is not empty, its first op to start starts
     no earlier than finish(f) + lead (it is off f's device) and the others run after it, one at a
     time, before j: the window is at least lead + p(B). Let T be the largest key of an op on
@@ -106,7 +112,8 @@ def _window_heads(order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edg
     region = np.empty(max_region + 1, np.int64)
     stack = np.empty(max_region + 2, np.int64)
     e_us, q_us = np.zeros(n), np.zeros(n)
-    m_in, m_out = np.zeros(n), np.zeros(n)
+    in_us, out_us = np.zeros(n), np.zeros(n)
+    least, path_us, path_cut = np.zeros(n), np.zeros(n), np.zeros(n)     # scratch of ``_from_end``
     for j in order:
         best = head[j]
         fork = -2                          # -2: no parent-tree predecessor yet
@@ -135,7 +142,7 @@ def _window_heads(order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edg
             if m > 0:
                 best = max(best, head[fork] + time_us[fork] + _window_us(
                     fork, j, region[:m], inside, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst,
-                    time_us, cut_us, e_us, q_us, m_in, m_out))
+                    time_us, cut_us, e_us, q_us, in_us, out_us, least, path_us, path_cut))
         head[j] = best
     return head
 
@@ -189,41 +196,54 @@ def _region(f, j, rank, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge
 
 
 @njit(cache=True)
-def _from_end(end, j, ops, inside, adj_ptr, adj_edge, edge_other, time_us, cut_us, length, least):
+def _from_end(end, j, ops, inside, adj_ptr, adj_edge, edge_other, time_us, cut_us, length, least, path_us, path_cut,
+              crossed):
     """For each op of ``ops`` (each after its neighbours towards ``end``): the longest path from
-    ``end`` to it by the times of the ops strictly between (``length``), and the least cut cost of
-    an edge on such a path (``least``); neighbours: predecessors for f, successors for j."""
+    ``end`` to it by the times of the ops strictly between (``length``), and a least time between
+    ``end`` and it when the two are on different devices (``crossed``): the larger of ``length``
+    plus the least cut cost of an edge on any such path (``least``), and, for one path, its own
+    length plus its own cheapest cut (``path_us``, ``path_cut``; hop by hop, the neighbour's path
+    that makes the sum largest); neighbours: predecessors for f, successors for j."""
     for u in ops:
         length[u], least[u] = 0.0, np.inf
+        path_us[u], path_cut[u] = 0.0, -1.0
         for k in range(adj_ptr[u], adj_ptr[u + 1]):
             e = adj_edge[k]
             i = edge_other[e]
             if i == end:
                 least[u] = min(least[u], cut_us[e])
+                hop_us, hop_cut = 0.0, cut_us[e]
             elif inside[i] == j:
                 length[u] = max(length[u], length[i] + time_us[i])
                 least[u] = min(least[u], cut_us[e], least[i])
+                hop_us, hop_cut = path_us[i] + time_us[i], min(cut_us[e], path_cut[i])
+            else:
+                continue
+            if path_cut[u] < 0 or hop_us + hop_cut > path_us[u] + path_cut[u]:
+                path_us[u], path_cut[u] = hop_us, hop_cut
+        crossed[u] = max(length[u] + least[u], path_us[u] + path_cut[u])
 
 
 @njit(cache=True)
 def _window_us(f, j, region, inside, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst, time_us, cut_us,
-               e_us, q_us, m_in, m_out):
+               e_us, q_us, in_us, out_us, least, path_us, path_cut):
     """X(f, j) of ``fork_join_us`` over ``region`` (in topological order)."""
     m = region.shape[0]
-    _from_end(f, j, region, inside, pred_ptr, pred_edge, edge_src, time_us, cut_us, e_us, m_in)
-    _from_end(j, j, region[::-1], inside, succ_ptr, succ_edge, edge_dst, time_us, cut_us, q_us, m_out)
+    _from_end(f, j, region, inside, pred_ptr, pred_edge, edge_src, time_us, cut_us, e_us, least, path_us, path_cut,
+              in_us)
+    _from_end(j, j, region[::-1], inside, succ_ptr, succ_edge, edge_dst, time_us, cut_us, q_us, least, path_us,
+              path_cut, out_us)
     key = np.empty(m)
     work = np.empty(m)
-    crossing = 0.0                         # the largest L_u + min(m_in(u), m_out(u))
+    crossing = 0.0                         # the largest min(in_u + p_u + q_u, e_u + p_u + out_u)
     lead, trail = np.inf, np.inf
     for t in range(m):
         u = region[t]
-        through = e_us[u] + time_us[u] + q_us[u]
-        key[t] = through + m_in[u] + m_out[u]
+        key[t] = in_us[u] + time_us[u] + out_us[u]
         work[t] = time_us[u]
-        crossing = max(crossing, through + min(m_in[u], m_out[u]))
-        lead = min(lead, e_us[u] + m_in[u])
-        trail = min(trail, q_us[u] + m_out[u])
+        crossing = max(crossing, min(in_us[u] + q_us[u], e_us[u] + out_us[u]) + time_us[u])
+        lead = min(lead, in_us[u])
+        trail = min(trail, out_us[u])
     ranked = np.argsort(-key)
     together, apart = np.inf, np.inf
     forced = 0.0       # W(> threshold), or more where keys tie: the first of a tie gives the least
