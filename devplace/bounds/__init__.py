@@ -27,7 +27,7 @@ one device, is never cut (F4; cut cost inf).
 
 One bound (or one family) per module, each proven in its docstring from these facts: ``classic``
 (critical path, communication path, work, largest group), ``interval_work``, ``memory_path``,
-``cut_threshold`` (and the cluster order), ``turn_path``, ``turn_cut``, ``home_or_transfer``; ``relaxation`` is what they all read, its heads and
+``cut_threshold`` (and the cluster order), ``turn_path``, ``turn_cut``; ``relaxation`` is what they all read, its heads and
 tails raised by the windows of ``fork_join``.
 
 >>> from devplace.graph import chain_graph
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from devplace.bounds.classic import comm_path_us, critical_path_us, largest_group_us, work_us
 from devplace.bounds.cut_threshold import cluster_order_us, cut_threshold_us
-from devplace.bounds.home_or_transfer import home_or_transfer_us
 from devplace.bounds.interval_work import interval_work_us
 from devplace.bounds.memory_path import memory_path_us
 from devplace.bounds.relaxation import Relaxation, comm_windows, relaxation
@@ -49,7 +48,7 @@ from devplace.bounds.turn_cut import turn_cut_us
 from devplace.bounds.turn_path import turn_path_us
 
 BOUND_NAMES = ("critical_path_us", "comm_path_us", "work_us", "largest_group_us", "interval_work_us", "memory_path_us",
-               "cut_threshold_us", "turn_path_us", "cluster_order_us", "turn_cut_us", "home_or_transfer_us")
+               "cut_threshold_us", "turn_path_us", "cluster_order_us", "turn_cut_us")
 
 
 def lower_bounds(graph, cluster) -> dict:
@@ -68,7 +67,6 @@ def lower_bounds(graph, cluster) -> dict:
         "cluster_order_us": cluster_order_us(graph, rel),
         "turn_path_us": turn_path_us(graph, cluster, rel),
         "turn_cut_us": turn_cut_us(graph, cluster, rel),
-        "home_or_transfer_us": home_or_transfer_us(graph, cluster, rel),
     }
     best = max(bounds, key=bounds.__getitem__)
     return bounds | {"best_us": bounds[best], "best": best}
