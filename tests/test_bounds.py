@@ -1039,3 +1039,55 @@ def test_the_turn_cut_bound_charges_the_first_cut_the_turn_forces():
     assert max(bounds[name] for name in BOUND_NAMES if name != "turn_cut_us") < 80.0
     assert bounds["turn_cut_us"] == pytest.approx(540.0) == bounds["best_us"]
     assert 540.0 < brute_force(graph, cluster) < np.inf
+
+
+def ordered_join_instance(seed: int, ordered: bool = True):
+    """A join j of a data path i -> w -> j (10-80 us fixed edges) and one or two ops y -> j (10-80
+    us), with an ordering edge i -> j of no bytes if ``ordered``; i, y sources (no fork-join window
+    sees j); two devices."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["fast", "slow"])
+    for name, low, high in (("i", 0, 21), ("w", 5, 41), ("j", 0, 11)):
+        t = float(rng.integers(low, high))
+        b.add_op(name, compute_us={"fast": t, "slow": 2 * t})
+    b.add_edge("i", "w", fixed_us=float(rng.integers(10, 80)))
+    b.add_edge("w", "j", fixed_us=float(rng.integers(10, 80)))
+    for k in range(int(rng.integers(1, 3))):
+        t = float(rng.integers(5, 50))
+        b.add_op(f"y{k}", compute_us={"fast": t, "slow": 2 * t})
+        b.add_edge(f"y{k}", "j", fixed_us=float(rng.integers(10, 80)))
+    if ordered:
+        b.add_edge("i", "j", bytes=0.0)
+    return b.build(), linked_cluster(rng, 2, float(rng.integers(5, 30)))
+
+
+def test_an_ordering_edge_beside_a_data_path_into_a_join_costs_that_path_to_leave():
+    """i off j's device still waits for i -> w -> j to cross: the join's head charges i's leaving
+    p_w + that path's cheapest cut, not the free edge's 0. No bound may pass brute force, and the
+    redundant edge raises the communication path on some instances (none with the free edge's 0)."""
+    raised = 0
+    for seed in range(30):
+        graph, cluster = ordered_join_instance(seed)
+        bounds = checked_bounds(graph, cluster, seed, n_orders=3)
+        unordered = lower_bounds(*ordered_join_instance(seed, ordered=False))
+        assert bounds["comm_path_us"] >= unordered["comm_path_us"] * (1 - 1e-9), (seed, bounds, unordered)
+        raised += bounds["comm_path_us"] > unordered["comm_path_us"] * (1 + 1e-9)
+    assert raised >= 10, raised     # measured: 13 of 30
+
+
+def test_a_join_behind_a_free_ordering_edge_waits_for_the_data_path_to_cross():
+    """i (10 us) -> w (20 us) -> j (1 us) over 15 us edges, y (20 us) -> j over 100 us, and an
+    ordering edge i -> j of no bytes; two devices. y stays with j (its edge is dear), and so
+    does w or its input crosses: with i on j's device everything runs in turn, 51 us; with i
+    elsewhere w starts at 25 at best and j ends at 46, the brute-force optimum. Charging i's
+    leaving the free edge's 0, j's head is 40 us (y and w in turn) and the comm path 41."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("i", 10.0), ("w", 20.0), ("y", 20.0), ("j", 1.0)):
+        b.add_op(name, compute_us=us)
+    for x, z, us in (("i", "w", 15.0), ("w", "j", 15.0), ("y", "j", 100.0)):
+        b.add_edge(x, z, fixed_us=us)
+    b.add_edge("i", "j", bytes=0.0)
+    graph, cluster = b.build(), uniform_cluster(2)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["comm_path_us"] == 46.0 == brute_force(graph, cluster, n_orders=6)
+    assert bounds["critical_path_us"] == 31.0
