@@ -963,12 +963,22 @@ def test_an_ordering_edge_that_a_data_path_implies_never_lowers_the_windows():
     device it still waits for s's output to cross, so what u's leaving costs a window is that
     path's own cheapest cut, not the free edge's. Adding the redundant edge must not lower the
     communication path (the windows' own bound), and no bound may pass brute force."""
-    for seed in range(30):
-        graph, cluster = ordered_branches_instance(seed)
+    # measured: with each op's least cut over every path alone (no path's own cut) it fell on 9 of the 30
+    ordering_edge_raised(ordered_branches_instance, "comm_path_us")
+
+
+def ordering_edge_raised(make, name: str, seeds=range(30)) -> int:
+    """Over ``make(seed)`` with its ordering edges and ``make(seed, ordered=False)`` without: assert
+    that no bound passes brute force and that the edges never lower bound ``name``; how many
+    instances they raise it on."""
+    raised = 0
+    for seed in seeds:
+        graph, cluster = make(seed)
         bounds = checked_bounds(graph, cluster, seed, n_orders=3)
-        unordered = lower_bounds(*ordered_branches_instance(seed, ordered=False))
-        # measured: with each op's least cut over every path alone (no path's own cut) it fell on 9 of the 30
-        assert bounds["comm_path_us"] >= unordered["comm_path_us"] * (1 - 1e-9), (seed, bounds, unordered)
+        unordered = lower_bounds(*make(seed, ordered=False))
+        assert bounds[name] >= unordered[name] * (1 - 1e-9), (seed, bounds, unordered)
+        raised += bounds[name] > unordered[name] * (1 + 1e-9)
+    return raised
 
 
 def test_a_branch_behind_a_free_ordering_edge_pays_its_data_path_cut_to_leave():
@@ -1065,13 +1075,7 @@ def test_an_ordering_edge_beside_a_data_path_into_a_join_costs_that_path_to_leav
     """i off j's device still waits for i -> w -> j to cross: the join's head charges i's leaving
     p_w + that path's cheapest cut, not the free edge's 0. No bound may pass brute force, and the
     redundant edge raises the communication path on some instances (none with the free edge's 0)."""
-    raised = 0
-    for seed in range(30):
-        graph, cluster = ordered_join_instance(seed)
-        bounds = checked_bounds(graph, cluster, seed, n_orders=3)
-        unordered = lower_bounds(*ordered_join_instance(seed, ordered=False))
-        assert bounds["comm_path_us"] >= unordered["comm_path_us"] * (1 - 1e-9), (seed, bounds, unordered)
-        raised += bounds["comm_path_us"] > unordered["comm_path_us"] * (1 + 1e-9)
+    raised = ordering_edge_raised(ordered_join_instance, "comm_path_us")
     assert raised >= 10, raised     # measured: 13 of 30
 
 
@@ -1091,3 +1095,52 @@ def test_a_join_behind_a_free_ordering_edge_waits_for_the_data_path_to_cross():
     bounds = lower_bounds(graph, cluster)
     assert bounds["comm_path_us"] == 46.0 == brute_force(graph, cluster, n_orders=6)
     assert bounds["critical_path_us"] == 31.0
+
+
+def ordered_route_instance(seed: int, ordered: bool = True):
+    """A path x -> a (20-60 us) -> w over 500 us edges, a side route x -> s (0 us, or 1-5) -> q
+    (10-40 us) -> w over small edges (0.1-4 KB, fixed-time or ordering) and, if ``ordered``, an
+    ordering edge x -> q of no bytes (the route q is reached by when s takes no time); two devices."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["fast", "slow"])
+    times = {"x": float(rng.integers(0, 21)), "a": float(rng.integers(20, 61)), "w": float(rng.integers(0, 21)),
+             "s": float(rng.choice([0, 0, rng.integers(1, 6)])), "q": float(rng.integers(10, 41))}
+    for name, t in times.items():
+        b.add_op(name, compute_us={"fast": t, "slow": 2.0 * t})
+    b.add_edge("x", "a", fixed_us=500.0)
+    b.add_edge("a", "w", fixed_us=500.0)
+    if ordered:
+        b.add_edge("x", "q", bytes=0.0)
+    for u, v in (("x", "s"), ("s", "q"), ("q", "w")):
+        kind = rng.integers(0, 3)
+        b.add_edge(u, v, bytes=float(rng.integers(1, 40)) * 1e2 if kind else 0.0,
+                   fixed_us=float(rng.integers(0, 60)) if kind == 1 else None)
+    return b.build(), linked_cluster(rng, 2, float(rng.integers(5, 30)))
+
+
+def test_a_side_route_over_a_free_ordering_edge_pays_the_data_path_beside_it_to_leave():
+    """A side route of the memory path that enters q over an ordering edge x -> q of no bytes still
+    crosses where q's data comes in (x -> s -> q): its edges cost their crossing, not the free
+    edge's 0. Adding the redundant edge must not lower the memory path, and no bound may pass
+    brute force."""
+    ordering_edge_raised(ordered_route_instance, "memory_path_us")
+
+
+def test_a_side_route_behind_a_free_ordering_edge_waits_for_its_data_to_cross():
+    """x (10 us) -> a (100 us) -> w (10 us) over 1,000 us edges, a side route x -> s (0 us) -> q (60
+    us) -> w over 40 us edges, q also behind an ordering edge x -> q of no bytes (the route the
+    memory path takes), three devices. q beside the path: 180 us; q
+    leaving: its data crosses by 50, it runs to 110, crosses back by 150, w ends at 160, the
+    brute-force optimum. Were the free edge the route's cheapest cut, leaving would add 60 + 0 +
+    40 - 100 = 0 to the path's 120 us."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("x", 10.0), ("a", 100.0), ("s", 0.0), ("q", 60.0), ("w", 10.0)):
+        b.add_op(name, compute_us=us)
+    b.add_edge("x", "a", fixed_us=1000.0)
+    b.add_edge("a", "w", fixed_us=1000.0)
+    b.add_edge("x", "q", bytes=0.0)
+    for u, v in (("x", "s"), ("s", "q"), ("q", "w")):
+        b.add_edge(u, v, fixed_us=40.0)
+    graph, cluster = b.build(), uniform_cluster(3)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["memory_path_us"] == 160.0 == brute_force(graph, cluster, n_orders=6)
