@@ -449,7 +449,7 @@ def without_spans(monkeypatch):
     from devplace.bounds import memory_path
 
     none, empty = np.zeros(0, np.int64), np.zeros(0)
-    monkeypatch.setattr(memory_path, "_path_spans", lambda graph, rel, path_ops, position, side_routes: (
+    monkeypatch.setattr(memory_path, "_path_spans", lambda graph, rel, path_ops, position, *routes: (
         np.full(max(len(path_ops) - 1, 0), -1, np.int64), none, none, empty, np.zeros(0, bool), empty, empty,
         np.zeros(1, np.int64), empty, empty, empty, empty))
     monkeypatch.setattr(memory_path, "_side_routes", lambda *arrays: (
