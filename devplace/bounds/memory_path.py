@@ -30,9 +30,9 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     route* x -> q_1 .. q_r -> w through ops off P (``_side_routes``), of time P_Q (the q's fastest
     times), least *crossing costs* c1 <= c2 over its edges (``crossing_us``: at least the cut cost;
     an ordering edge of no bytes on the route still waits for the data path beside it), B_Q the
-    persistent bytes of its ops' units
-    that hold no path op. Its *cross* cost X is c_xw, or P_Q + c1; I = p_a+1 + .. + p_b-1 is the
-    path's time strictly inside (S = p_a + I). Spans whose charges can be positive are taken,
+    persistent bytes of its ops' units that hold no path op. Its *cross* cost X is c_xw, or
+    P_Q + c1; I = p_a+1 + .. + p_b-1 is the path's time strictly inside (S = p_a + I). Spans whose
+    charges can be positive are taken,
     largest first, skipping any whose edges a .. b - 1 meet a taken one's. With cuts K among its
     edges:
     - K empty: 0 for a chord; for a side route L = max(0, P_Q + c1 + c2 - I), or min(P_Q, L) if
@@ -59,9 +59,10 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     chord gives start(w) >= finish(x) + the transfer of x to w's device (F2); a side route runs its
     ops (F1) and changes device at least once (F2): start(w) >= finish(x) + P_Q + c1; and
     finish(x) >= start(x) + p_a (an edge of the route whose ends are apart starts its consumer at
-    least its crossing cost after its producer finishes, ``crossing_us``). No cut in the span: x, w and the path between share one device d; if
-    the side route's ops are on d too, d runs them and the path's inner ops, one at a time, between
-    finish(x) and start(w) (F1; all descend from x and lead to w): start(w) >= finish(x) + I + P_Q,
+    least its crossing cost after its producer finishes, ``crossing_us``). No cut in the span: x,
+    w and the path between share one device d; if the side route's ops are on d too, d runs them
+    and the path's inner ops, one at a time, between finish(x) and start(w) (F1; all descend from
+    x and lead to w): start(w) >= finish(x) + I + P_Q,
     and d holds B_Q beside the run (F3, F4); else the route leaves d and comes back, two cut edges:
     start(w) >= finish(x) + P_Q + c1 + c2. One cut, side route: either the route changes device
     once, from x's device to w's, at some E_k (its ops before E_k on x's device with v_a .. v_e,
@@ -271,8 +272,8 @@ def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, position: np.ndarr
     the path or -1; ``side_routes``: its ``_side_routes``), as arrays: per path edge
     its span (-1: none); per span its first and last path position (x and w), its cross cost X,
     whether it is a chord, a side route's time P_Q and P_Q + c1 + c2; per side route edge (spans'
-    runs of ``route_ptr``) its crossing cost (``route_cut_us``) and the persistent bytes of the route's units (those off
-    the path) before and after it; per span those bytes in all.
+    runs of ``route_ptr``) its crossing cost (``route_cut_us``) and the persistent bytes of the
+    route's units (those off the path) before and after it; per span those bytes in all.
 
     Candidates: chords (X = c_xw, the largest over edges x -> w: one transfer carries them) and side
     routes (``_side_routes``). Those whose charge can be positive (X above the path's time strictly
