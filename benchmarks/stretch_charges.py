@@ -34,7 +34,7 @@ from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 import devplace as dp  # noqa: E402
 from devplace import bounds  # noqa: E402
 from devplace.bounds import memory_path  # noqa: E402
-from devplace.bounds.relaxation import longest_path  # noqa: E402
+from devplace.bounds.relaxation import crossing_us, longest_path  # noqa: E402
 from devplace.fileio import write_text_atomic  # noqa: E402
 from devplace.io.dnn_partitioning import cluster_for  # noqa: E402
 
@@ -76,7 +76,7 @@ def stretches(graph, cluster, rel) -> dict:
     side_a, side_b, side_us, cut1, cut2, _, _ = memory_path._side_routes(
         graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr, graph.succ_edge,
         graph.edge_dst, position, np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
-        np.ascontiguousarray(rel.cut_us, dtype=np.float64), memory_path.MAX_SPAN)
+        crossing_us(graph, rel.fastest_us, rel.cut_us), memory_path.MAX_SPAN)     # the routes' costs, as the bound's
     before = np.concatenate([[0.0], np.cumsum(rel.fastest_us[path_ops])])
     excess = side_us + cut1 + cut2 - (before[side_b] - before[side_a + 1])
     taken = [r["routes"] for r in rows]

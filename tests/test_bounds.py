@@ -449,7 +449,7 @@ def without_spans(monkeypatch):
     from devplace.bounds import memory_path
 
     none, empty = np.zeros(0, np.int64), np.zeros(0)
-    monkeypatch.setattr(memory_path, "_path_spans", lambda graph, rel, path_ops, position, side_routes: (
+    monkeypatch.setattr(memory_path, "_path_spans", lambda graph, rel, path_ops, position, *routes: (
         np.full(max(len(path_ops) - 1, 0), -1, np.int64), none, none, empty, np.zeros(0, bool), empty, empty,
         np.zeros(1, np.int64), empty, empty, empty, empty))
     monkeypatch.setattr(memory_path, "_side_routes", lambda *arrays: (
@@ -963,12 +963,22 @@ def test_an_ordering_edge_that_a_data_path_implies_never_lowers_the_windows():
     device it still waits for s's output to cross, so what u's leaving costs a window is that
     path's own cheapest cut, not the free edge's. Adding the redundant edge must not lower the
     communication path (the windows' own bound), and no bound may pass brute force."""
-    for seed in range(30):
-        graph, cluster = ordered_branches_instance(seed)
+    # measured: with each op's least cut over every path alone (no path's own cut) it fell on 9 of the 30
+    ordering_edge_raised(ordered_branches_instance, "comm_path_us")
+
+
+def ordering_edge_raised(make, name: str, seeds=range(30)) -> int:
+    """Over ``make(seed)`` with its ordering edges and ``make(seed, ordered=False)`` without: assert
+    that no bound passes brute force and that the edges never lower bound ``name``; how many
+    instances they raise it on."""
+    raised = 0
+    for seed in seeds:
+        graph, cluster = make(seed)
         bounds = checked_bounds(graph, cluster, seed, n_orders=3)
-        unordered = lower_bounds(*ordered_branches_instance(seed, ordered=False))
-        # measured: with each op's least cut over every path alone (no path's own cut) it fell on 9 of the 30
-        assert bounds["comm_path_us"] >= unordered["comm_path_us"] * (1 - 1e-9), (seed, bounds, unordered)
+        unordered = lower_bounds(*make(seed, ordered=False))
+        assert bounds[name] >= unordered[name] * (1 - 1e-9), (seed, bounds, unordered)
+        raised += bounds[name] > unordered[name] * (1 + 1e-9)
+    return raised
 
 
 def test_a_branch_behind_a_free_ordering_edge_pays_its_data_path_cut_to_leave():
@@ -1039,3 +1049,98 @@ def test_the_turn_cut_bound_charges_the_first_cut_the_turn_forces():
     assert max(bounds[name] for name in BOUND_NAMES if name != "turn_cut_us") < 80.0
     assert bounds["turn_cut_us"] == pytest.approx(540.0) == bounds["best_us"]
     assert 540.0 < brute_force(graph, cluster) < np.inf
+
+
+def ordered_join_instance(seed: int, ordered: bool = True):
+    """A join j of a data path i -> w -> j (10-80 us fixed edges) and one or two ops y -> j (10-80
+    us), with an ordering edge i -> j of no bytes if ``ordered``; i, y sources (no fork-join window
+    sees j); two devices."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["fast", "slow"])
+    for name, low, high in (("i", 0, 21), ("w", 5, 41), ("j", 0, 11)):
+        t = float(rng.integers(low, high))
+        b.add_op(name, compute_us={"fast": t, "slow": 2 * t})
+    b.add_edge("i", "w", fixed_us=float(rng.integers(10, 80)))
+    b.add_edge("w", "j", fixed_us=float(rng.integers(10, 80)))
+    for k in range(int(rng.integers(1, 3))):
+        t = float(rng.integers(5, 50))
+        b.add_op(f"y{k}", compute_us={"fast": t, "slow": 2 * t})
+        b.add_edge(f"y{k}", "j", fixed_us=float(rng.integers(10, 80)))
+    if ordered:
+        b.add_edge("i", "j", bytes=0.0)
+    return b.build(), linked_cluster(rng, 2, float(rng.integers(5, 30)))
+
+
+def test_an_ordering_edge_beside_a_data_path_into_a_join_costs_that_path_to_leave():
+    """i off j's device still waits for i -> w -> j to cross: the join's head charges i's leaving
+    p_w + that path's cheapest cut, not the free edge's 0. No bound may pass brute force, and the
+    redundant edge raises the communication path on some instances (none with the free edge's 0)."""
+    raised = ordering_edge_raised(ordered_join_instance, "comm_path_us")
+    assert raised >= 10, raised     # measured: 13 of 30
+
+
+def test_a_join_behind_a_free_ordering_edge_waits_for_the_data_path_to_cross():
+    """i (10 us) -> w (20 us) -> j (1 us) over 15 us edges, y (20 us) -> j over 100 us, and an
+    ordering edge i -> j of no bytes; two devices. y stays with j (its edge is dear), and so
+    does w or its input crosses: with i on j's device everything runs in turn, 51 us; with i
+    elsewhere w starts at 25 at best and j ends at 46, the brute-force optimum. Charging i's
+    leaving the free edge's 0, j's head is 40 us (y and w in turn) and the comm path 41."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("i", 10.0), ("w", 20.0), ("y", 20.0), ("j", 1.0)):
+        b.add_op(name, compute_us=us)
+    for x, z, us in (("i", "w", 15.0), ("w", "j", 15.0), ("y", "j", 100.0)):
+        b.add_edge(x, z, fixed_us=us)
+    b.add_edge("i", "j", bytes=0.0)
+    graph, cluster = b.build(), uniform_cluster(2)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["comm_path_us"] == 46.0 == brute_force(graph, cluster, n_orders=6)
+    assert bounds["critical_path_us"] == 31.0
+
+
+def ordered_route_instance(seed: int, ordered: bool = True):
+    """A path x -> a (20-60 us) -> w over 500 us edges, a side route x -> s (0 us, or 1-5) -> q
+    (10-40 us) -> w over small edges (0.1-4 KB, fixed-time or ordering) and, if ``ordered``, an
+    ordering edge x -> q of no bytes (the route q is reached by when s takes no time); two devices."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(["fast", "slow"])
+    times = {"x": float(rng.integers(0, 21)), "a": float(rng.integers(20, 61)), "w": float(rng.integers(0, 21)),
+             "s": float(rng.choice([0, 0, rng.integers(1, 6)])), "q": float(rng.integers(10, 41))}
+    for name, t in times.items():
+        b.add_op(name, compute_us={"fast": t, "slow": 2.0 * t})
+    b.add_edge("x", "a", fixed_us=500.0)
+    b.add_edge("a", "w", fixed_us=500.0)
+    if ordered:
+        b.add_edge("x", "q", bytes=0.0)
+    for u, v in (("x", "s"), ("s", "q"), ("q", "w")):
+        kind = rng.integers(0, 3)
+        b.add_edge(u, v, bytes=float(rng.integers(1, 40)) * 1e2 if kind else 0.0,
+                   fixed_us=float(rng.integers(0, 60)) if kind == 1 else None)
+    return b.build(), linked_cluster(rng, 2, float(rng.integers(5, 30)))
+
+
+def test_a_side_route_over_a_free_ordering_edge_pays_the_data_path_beside_it_to_leave():
+    """A side route of the memory path that enters q over an ordering edge x -> q of no bytes still
+    crosses where q's data comes in (x -> s -> q): its edges cost their crossing, not the free
+    edge's 0. Adding the redundant edge must not lower the memory path, and no bound may pass
+    brute force."""
+    ordering_edge_raised(ordered_route_instance, "memory_path_us")
+
+
+def test_a_side_route_behind_a_free_ordering_edge_waits_for_its_data_to_cross():
+    """x (10 us) -> a (100 us) -> w (10 us) over 1,000 us edges, a side route x -> s (0 us) -> q (60
+    us) -> w over 40 us edges, q also behind an ordering edge x -> q of no bytes (the route the
+    memory path takes), three devices. q beside the path: 180 us; q
+    leaving: its data crosses by 50, it runs to 110, crosses back by 150, w ends at 160, the
+    brute-force optimum. Were the free edge the route's cheapest cut, leaving would add 60 + 0 +
+    40 - 100 = 0 to the path's 120 us."""
+    b = GraphBuilder(["gpu"])
+    for name, us in (("x", 10.0), ("a", 100.0), ("s", 0.0), ("q", 60.0), ("w", 10.0)):
+        b.add_op(name, compute_us=us)
+    b.add_edge("x", "a", fixed_us=1000.0)
+    b.add_edge("a", "w", fixed_us=1000.0)
+    b.add_edge("x", "q", bytes=0.0)
+    for u, v in (("x", "s"), ("s", "q"), ("q", "w")):
+        b.add_edge(u, v, fixed_us=40.0)
+    graph, cluster = b.build(), uniform_cluster(3)
+    bounds = lower_bounds(graph, cluster)
+    assert bounds["memory_path_us"] == 160.0 == brute_force(graph, cluster, n_orders=6)

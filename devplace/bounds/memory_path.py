@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from devplace.bounds.relaxation import Relaxation, longest_path
+from devplace.bounds.relaxation import Relaxation, crossing_us, longest_path
 from devplace.errors import OutOfMemoryError
 
 MAX_SPAN = 64        # a span (``memory_path_us``) joins path positions at most this far apart
@@ -28,9 +28,11 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     A *span* joins x = v_a and w = v_b, b >= a + 2, by a route off P: a *chord*, an edge x -> w with
     a finite cut cost c_xw (the largest over such edges: one transfer carries them), or a *side
     route* x -> q_1 .. q_r -> w through ops off P (``_side_routes``), of time P_Q (the q's fastest
-    times), cheapest cut costs c1 <= c2 over its edges, B_Q the persistent bytes of its ops' units
-    that hold no path op. Its *cross* cost X is c_xw, or P_Q + c1; I = p_a+1 + .. + p_b-1 is the
-    path's time strictly inside (S = p_a + I). Spans whose charges can be positive are taken,
+    times), least *crossing costs* c1 <= c2 over its edges (``crossing_us``: at least the cut cost;
+    an ordering edge of no bytes on the route still waits for the data path beside it), B_Q the
+    persistent bytes of its ops' units that hold no path op. Its *cross* cost X is c_xw, or
+    P_Q + c1; I = p_a+1 + .. + p_b-1 is the path's time strictly inside (S = p_a + I). Spans whose
+    charges can be positive are taken,
     largest first, skipping any whose edges a .. b - 1 meet a taken one's. With cuts K among its
     edges:
     - K empty: 0 for a chord; for a side route L = max(0, P_Q + c1 + c2 - I), or min(P_Q, L) if
@@ -56,9 +58,11 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     start(v_i) to start(v_i+1) at least p_i, plus c_i if edge i is cut. When x and w are apart, a
     chord gives start(w) >= finish(x) + the transfer of x to w's device (F2); a side route runs its
     ops (F1) and changes device at least once (F2): start(w) >= finish(x) + P_Q + c1; and
-    finish(x) >= start(x) + p_a. No cut in the span: x, w and the path between share one device d; if
-    the side route's ops are on d too, d runs them and the path's inner ops, one at a time, between
-    finish(x) and start(w) (F1; all descend from x and lead to w): start(w) >= finish(x) + I + P_Q,
+    finish(x) >= start(x) + p_a (an edge of the route whose ends are apart starts its consumer at
+    least its crossing cost after its producer finishes, ``crossing_us``). No cut in the span: x,
+    w and the path between share one device d; if the side route's ops are on d too, d runs them
+    and the path's inner ops, one at a time, between finish(x) and start(w) (F1; all descend from
+    x and lead to w): start(w) >= finish(x) + I + P_Q,
     and d holds B_Q beside the run (F3, F4); else the route leaves d and comes back, two cut edges:
     start(w) >= finish(x) + P_Q + c1 + c2. One cut, side route: either the route changes device
     once, from x's device to w's, at some E_k (its ops before E_k on x's device with v_a .. v_e,
@@ -93,6 +97,7 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
     capacity = np.sort(cluster.memory_bytes)[::-1]
     op_bytes = graph.persistent_bytes
     cut_us = rel.cut_us
+    route_cut_us = crossing_us(graph, rel.fastest_us, cut_us)      # side routes' edges (not chords, not P's)
     scale = max(float(rel.fastest_us.sum()), 1e-9) / max(float(capacity[0]), 1.0)
     best = 0.0
     zero_edges = np.zeros(graph.n_edges)
@@ -108,8 +113,8 @@ def memory_path_us(graph, cluster, rel: Relaxation, n_paths: int = 12) -> float:
         side_routes = _side_routes(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr,
                                    graph.succ_edge, graph.edge_dst, position,
                                    np.ascontiguousarray(rel.fastest_us, dtype=np.float64),
-                                   np.ascontiguousarray(rel.cut_us, dtype=np.float64), MAX_SPAN)
-        spans = _path_spans(graph, rel, path_ops, position, side_routes)
+                                   route_cut_us, MAX_SPAN)
+        spans = _path_spans(graph, rel, path_ops, position, side_routes, route_cut_us)
         path_us = float(rel.fastest_us[path_ops].sum())
         if held <= capacity[0]:      # the whole path fits one device: no cut is forced, each span alone
             best = max(best, path_us + _fitting_path_us(graph, rel, path_ops, path_edges, float(capacity[0]),
@@ -261,13 +266,14 @@ def _split_routes_us(edge_cut_us, route_a, route_b, excess_us, stay_us):
     return best
 
 
-def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, position: np.ndarray, side_routes):
+def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, position: np.ndarray, side_routes,
+                route_cut_us: np.ndarray):
     """The spans ``_path_cut_us`` charges on a path (``memory_path_us``; ``position``: per op its place on
     the path or -1; ``side_routes``: its ``_side_routes``), as arrays: per path edge
     its span (-1: none); per span its first and last path position (x and w), its cross cost X,
     whether it is a chord, a side route's time P_Q and P_Q + c1 + c2; per side route edge (spans'
-    runs of ``route_ptr``) its cut cost and the persistent bytes of the route's units (those off
-    the path) before and after it; per span those bytes in all.
+    runs of ``route_ptr``) its crossing cost (``route_cut_us``) and the persistent bytes of the
+    route's units (those off the path) before and after it; per span those bytes in all.
 
     Candidates: chords (X = c_xw, the largest over edges x -> w: one transfer carries them) and side
     routes (``_side_routes``). Those whose charge can be positive (X above the path's time strictly
@@ -316,7 +322,7 @@ def _path_spans(graph, rel: Relaxation, path_ops: np.ndarray, position: np.ndarr
         edges = _route_edges(graph, position, side_exit[k - n_chords], via)[::-1].tolist()   # x -> q_1, .., q_r -> w
         units = [int(rel.unit[graph.edge_dst[e]]) for e in edges[:-1]]
         for cut_at in range(len(edges)):              # q_1 .. q_cut_at before it, the rest after
-            route_cut.append(float(rel.cut_us[edges[cut_at]]))
+            route_cut.append(float(route_cut_us[edges[cut_at]]))
             route_pre.append(_off_path_bytes(rel, path_units, units[:cut_at]))
             route_suf.append(_off_path_bytes(rel, path_units, units[cut_at:]))
         route_ptr.append(len(route_cut))

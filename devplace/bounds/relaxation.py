@@ -101,8 +101,9 @@ def comm_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: 
     transfer, and those that share it run one at a time.
 
     head_j is 0 for a source; otherwise, with each predecessor i's *remote arrival*
-    a_i = head_i + p_i + c_i (p: fastest time incl. op gap; c_i: the largest ``cut_us`` of i's edges
-    to j; inf when such an edge is never cut, ``Relaxation.cut_us``), and for a set K of predecessors
+    a_i = head_i + p_i + c_i (p: fastest time incl. op gap; c_i: the largest ``crossing_us`` of i's
+    edges to j, at least their ``cut_us``; inf when such an edge is never cut, ``Relaxation.cut_us``),
+    and for a set K of predecessors
     the one-machine bound L(K) = max over i in K of (head_i + sum of p_k over k in K with
     head_k >= head_i), head_j is the least over K of max(a_i over i not in K, L(K)), at least the
     a_i of every always-cut edge (``forced_cut``; then i is never in K). The least is reached at a
@@ -117,8 +118,8 @@ def comm_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: 
     producer finishes): as on one machine with release dates, the last of them to finish, among
     those with head_k >= head_i, finishes no earlier than head_i + the sum of their p_k, so
     start(j) >= L(K). Each i not in K is on another device: j's input from it arrives no earlier
-    than its finish, at least head_i + p_i, plus its transfer to d, which lasts as long as its
-    longest edge to d on that link, at least c_i (F2; channel queues and message overheads only
+    than its finish, at least head_i + p_i, plus c_i: i and j are on different devices, so
+    ``crossing_us`` holds for each edge i -> j (F2; channel queues and message overheads only
     delay). So start(j) >= max(a_i over i not in K, L(K)) >= head_j. For any K, the prefix K' of
     the sweep holding every i with a_i above K's largest remote arrival is inside K, so
     L(K') <= L(K) and the sweep's value there is at most K's; once L(K) reaches the next a, adding
@@ -126,12 +127,54 @@ def comm_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: 
     time with j's other successors there; one elsewhere starts at least c later; each runs at least
     p and leaves at least its tail after it finishes."""
     p = np.ascontiguousarray(fastest_us, dtype=np.float64)
-    cut = np.ascontiguousarray(cut_us, dtype=np.float64)
+    cut = crossing_us(graph, p, np.ascontiguousarray(cut_us, dtype=np.float64))
     head = _comm_levels_kernel(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, p, cut,
                                forced_cut)
     tail = _comm_levels_kernel(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
                                p, cut, forced_cut)
     return head, tail
+
+
+def crossing_us(graph, fastest_us: np.ndarray, cut_us: np.ndarray) -> np.ndarray:
+    """Per edge u -> v, a least time from u's finish to v's start when u and v are on different
+    devices: the larger of its cut cost and, over each op w with edges u -> w -> v, p_w + the lesser
+    of those two edges' cut costs (an ordering edge of no bytes beside a data path u -> w -> v still
+    waits for the data to cross); inf where u and v can only share a device.
+
+    Proof: u off v's device; the edge itself then joins two devices (F2). On a path u -> w -> v one
+    of its two edges joins two devices, so w starts no earlier than u's finish, runs at least p_w
+    (F1, F3), v starts no earlier than w's finish, and the edge that crosses adds at least its cut
+    cost (F2); of parallel edges the transfer lasts as long as the longest."""
+    return _crossing_kernel(graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr, graph.succ_edge,
+                            graph.edge_dst, np.ascontiguousarray(fastest_us, dtype=np.float64),
+                            np.ascontiguousarray(cut_us, dtype=np.float64))
+
+
+@njit(cache=True)
+def _crossing_kernel(pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst, time_us, cut_us):
+    n = pred_ptr.shape[0] - 1
+    out = cut_us.copy()
+    stamp = np.full(n, -1, np.int64)     # stamp[w] == v: w is a predecessor of v, its dearest edge to v is into[w]
+    into = np.zeros(n)
+    for v in range(n):
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            e = pred_edge[k]
+            w = edge_src[e]
+            if stamp[w] != v:
+                stamp[w], into[w] = v, cut_us[e]
+            else:
+                into[w] = max(into[w], cut_us[e])
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            e = pred_edge[k]
+            u = edge_src[e]
+            if out[e] == np.inf:
+                continue
+            for k2 in range(succ_ptr[u], succ_ptr[u + 1]):
+                e2 = succ_edge[k2]
+                w = edge_dst[e2]
+                if w != v and stamp[w] == v:
+                    out[e] = max(out[e], time_us[w] + min(cut_us[e2], into[w]))
+    return out
 
 
 @njit(cache=True)
