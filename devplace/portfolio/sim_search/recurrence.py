@@ -53,6 +53,7 @@ HOW = "recurrence start"
 
 
 def _successors(graph, v: int) -> np.ndarray:
+    """The ops that read ``v``'s output (once per edge)."""
     return graph.edge_dst[graph.succ_edge[graph.succ_ptr[v]:graph.succ_ptr[v + 1]]]
 
 
