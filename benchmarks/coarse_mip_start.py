@@ -1,4 +1,4 @@
-"""sim-search with its coarse MIP start and gradient block track on the zoo at 30% memory (issue 15, point 3, placement side).
+"""sim-search with its coarse MIP start, gradient block and recurrence tracks on the zoo at 30% memory (issue 15, point 3, placement side).
 
 For each model: sim-search at its defaults (seed 0) on ``baechi-4x2080`` with each RTX 2080 at 30%
 of its 8 GiB, as the "How far from optimal" table runs it. The coarse MIP track runs last, so the
@@ -6,7 +6,8 @@ best before it (``coarse_mip.before_us``) is what sim-search gives without it; t
 that, the expanded program placement, the best after the track, the certified bound and the gap.
 ``--groups`` / ``--memory`` / ``--nodes`` / ``--rounds`` set the track's options (e.g. to sweep K).
 The gradient block track (``grad_blocks.py``) runs after it: ``grad_block_before_ms`` is the best
-before that track, ``after_ms`` the result. ``--seed`` picks sim-search's seed.
+before that track. The recurrence track (``recurrence.py``) runs after that: ``recurrence_before_ms`` is the best
+before it, ``after_ms`` the result. ``--seed`` picks sim-search's seed.
 Writes ``benchmarks/results/coarse_mip_start.json`` (temp file, then rename; ``--out`` elsewhere).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/coarse_mip_start.py --models resnet50 rnnlm
@@ -40,6 +41,7 @@ def run(model: str, options: dict, seed: int = 0) -> dict:
     seconds = time.perf_counter() - began
     result = dp.simulate(graph, cluster, placement)
     track, blocks = placement.options["coarse_mip"], placement.options["grad_blocks"]
+    recurrence = placement.options["recurrence"]
     bound_us = placement.options["lower_bound_us"]
     ms = (lambda us: None if us is None else round(us / 1e3, 3))
     return {
@@ -51,6 +53,10 @@ def run(model: str, options: dict, seed: int = 0) -> dict:
         "grad_block_share": blocks.get("share"), "grad_block_before_ms": ms(blocks.get("before_us")),
         "grad_block_descent_ends_ms": [ms(us) for us in blocks.get("descent_ends_us", [])],
         "grad_block_rounds": blocks.get("rounds"), "grad_block_best_ms": ms(blocks.get("best_us")),
+        "recurrence_pieces": recurrence.get("pieces"), "recurrent_weights": recurrence.get("recurrent_weights"),
+        "recurrence_before_ms": ms(recurrence.get("before_us")),
+        "recurrence_descent_ends_ms": [ms(us) for us in recurrence.get("descent_ends_us", [])],
+        "recurrence_rounds": recurrence.get("rounds"), "recurrence_best_ms": ms(recurrence.get("best_us")),
         "seed": seed, "evals": placement.options["evals"], "utc": utc,
         "after_ms": ms(result.step_time_us), "fits": bool(result.fits), "bound_ms": ms(bound_us),
         "gap": round(result.step_time_us / bound_us - 1, 4), "found_by": placement.options["found_by"],

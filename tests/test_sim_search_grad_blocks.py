@@ -76,18 +76,9 @@ def rnnlm():
     return profile_target("zoo:rnnlm:preset=small", cost="roofline", cluster=machine), machine
 
 
-def test_the_track_starts_from_whole_blocks_repeats_by_seed_and_never_slows(rnnlm, monkeypatch):
-    from devplace.portfolio.sim_search.search import _Search
-
+def test_the_track_starts_from_whole_blocks_repeats_by_seed_and_never_slows(rnnlm, offered_starts):
     g, c = rnnlm
-    offered, offer = [], _Search.offer
-
-    def recording(search, step_us, devices, priority, how):
-        if how.startswith(HOW):
-            offered.append(devices.copy())
-        return offer(search, step_us, devices, priority, how)
-
-    monkeypatch.setattr(_Search, "offer", recording)
+    offered = offered_starts(HOW)
     runs = [dp.place(g, c, "sim-search", seed=2, **SMALL) for _ in range(2)]
     report = runs[0].options["grad_blocks"]
     assert report["share"] >= 0.2 and report["rounds"] == 1 and len(report["descent_ends_us"]) >= 2

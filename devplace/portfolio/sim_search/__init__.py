@@ -33,7 +33,11 @@ So this placer
    (a recurrent net), descends over maps of *gradient blocks* (each such weight with its gradient
    chain, apart from its layer) and anneals from the fastest (``grad_blocks.py``; RNNLM at 30%
    memory: 81.5 -> 79.6 ms);
-6. last, if asked (``loose_memory_factor`` > 1), where memory is tight and the gap still wide
+6. then, where that track ran and a block's weight is recurrent (read once per time step inside
+   the recurrence), descends over maps of finer *pieces* (each weight's gradient chain apart from
+   the weight and its update, an input weight's readers apart from their layer) and anneals from
+   the fastest (``recurrence.py``; RNNLM at 30% memory: 79.6 -> 77.8 ms);
+7. last, if asked (``loose_memory_factor`` > 1), where memory is tight and the gap still wide
    (graphs small enough for every extra round), runs the whole search with more memory, repairs its
    best into the real memory and anneals from there (``loose_memory.py``; Transformer at 30%
    memory, factor 2: 419.0 -> 412.2 ms at about twice the evaluations).
@@ -112,6 +116,7 @@ from devplace.portfolio.sim_search.layers import (
     _layer_descent_starts, _layer_descents, _layer_search, _layer_search_starts, interleaved_layers,
 )
 from devplace.portfolio.sim_search.loose_memory import _loose_memory_rounds
+from devplace.portfolio.sim_search.recurrence import _recurrence_rounds
 from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
@@ -146,6 +151,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _layer_descents(search, [search.best] + descent_starts)
     _coarse_mip_rounds(search, bound_us if nominal else None)
     _gradient_block_rounds(search, bound_us if nominal else None)
+    _recurrence_rounds(search, bound_us if nominal else None)
     _loose_memory_rounds(search, bound_us if nominal else None)
     if search.best[0] <= search.closed_us:
         stopped_by = "bound"
@@ -162,6 +168,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
                  "lower_bound_us": bound_us, "gap": gap,
                  "seed_results": search.seed_report, "repair": search.repair_report,
                  "coarse_mip": search.coarse_mip_report, "grad_blocks": search.grad_block_report,
+                 "recurrence": search.recurrence_report,
                  "loose_memory": search.loose_memory_report,
                  "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},

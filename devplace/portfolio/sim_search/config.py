@@ -97,6 +97,12 @@ class SearchConfig:
     grad_block_rounds: int = option(16, "annealing rounds from the fastest block descent at most, as coarse_mip_rounds")
     grad_block_behind: float = option(0.02, "past max_rounds the gradient block track goes on only while its best / "
                                             "the best found - 1 is at most this")
+    recurrence_starts: int = option(6, "piece maps the recurrence track descends from (after the gradient block "
+                                       "track, where it runs and a block's weight is recurrent): the best laid out "
+                                       "by piece, then random")
+    recurrence_evals: int = option(4000, "simulator calls the recurrence piece descents share (0: no track)")
+    recurrence_rounds: int = option(16, "annealing rounds from the fastest recurrence piece descent at most, as "
+                                        "grad_block_rounds (and within grad_block_behind past max_rounds)")
     loose_memory_factor: float = option(1.0, "opt-in looser-memory track (last, while the gap is wide, on graphs small "
                                              "enough for every extra round whose one-device peak does not fit): the "
                                              "search on devices with this x their memory (capped by that peak), its "

@@ -93,23 +93,38 @@ def _gradient_block_rounds(search: _Search, bound_us: float | None) -> None:
     if share < config.grad_block_share:
         return
     report.update(before_us=search.best[0])
-    block_ops = [with_colocation(search.fine, np.flatnonzero(block == b)) for b in range(int(block.max()) + 1)]
-    maps = [np.array([np.bincount(search.best[1][ops], minlength=search.n_dev).argmax() for ops in block_ops])]
-    maps += [search.rng.integers(0, search.n_dev, len(block_ops)) for _ in range(config.grad_block_starts - 1)]
-    budget_end = search.evals + config.grad_block_evals
+    _piece_track(search, block, config.grad_block_starts, config.grad_block_evals, config.grad_block_rounds,
+                 "gradient block", HOW, report)
+    log.info("gradient blocks: %s", report)
+
+
+def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, max_track_rounds: int, name: str,
+                 how: str, report: dict) -> None:
+    """A track over whole pieces (per op, its piece; a piece moves with its ops' colocation groups):
+    greedy descents over whole-piece moves (``layers._layer_descent``) from the best laid out by
+    piece (each on the device holding most of its ops) and from ``starts`` - 1 random piece maps
+    drawn from the search's rng, sharing ``evals``; then up to ``max_track_rounds`` annealing rounds
+    from the fastest end (``anneal._track_rounds``, within ``grad_block_behind`` past ``max_rounds``).
+    The descent ends, rounds and the track's best go to ``report``."""
+    config = search.config
+    piece_ops = [with_colocation(search.fine, np.flatnonzero(piece == p)) for p in range(int(piece.max()) + 1)]
+    maps = [np.array([np.bincount(search.best[1][ops], minlength=search.n_dev).argmax() for ops in piece_ops])]
+    maps += [search.rng.integers(0, search.n_dev, len(piece_ops)) for _ in range(starts - 1)]
+    budget_end = search.evals + evals
     ends = []
-    search.reporter.begin(f"{NAME}: gradient block descent", total=config.grad_block_evals)
+    search.reporter.begin(f"{NAME}: {name} descent", total=evals)
     search.phase_began = search.evals
     try:
-        for k, block_devices in enumerate(maps):
+        for k, piece_devices in enumerate(maps):
             devices = np.zeros(search.graph.n_ops, np.int64)
-            for ops, device in zip(block_ops, block_devices):
+            for ops, device in zip(piece_ops, piece_devices):
                 devices[ops] = device
             scored = _fastest_fitting(search, devices)
             if scored is None or search.evals >= budget_end:
                 continue
-            how = f"{HOW} {k}"
-            ends.append(_layer_descent(search, scored[0], devices, scored[1], how, budget_end, block_ops) + (how,))
+            start_how = f"{how} {k}"
+            ends.append(_layer_descent(search, scored[0], devices, scored[1], start_how, budget_end, piece_ops)
+                        + (start_how,))
     finally:
         search.reporter.end()
     report.update(descent_ends_us=sorted(end[0] for end in ends))
@@ -117,6 +132,5 @@ def _gradient_block_rounds(search: _Search, bound_us: float | None) -> None:
         return
     home = min(ends, key=lambda end: end[0])
     search.offer(*home)
-    rounds, best_us = _track_rounds(search, home, "gradient blocks", config.grad_block_rounds, config.grad_block_behind)
+    rounds, best_us = _track_rounds(search, home, f"{name}s", max_track_rounds, config.grad_block_behind)
     report.update(rounds=rounds, best_us=best_us)
-    log.info("gradient blocks: %s", report)
