@@ -1,6 +1,6 @@
 """sim-search's looser-memory track: under tight memory it searches with more memory, repairs that
 best into the real memory and anneals from there; the result fits, is the same for the same seed and
-is never slower than without the track."""
+is never slower than without the track. No track runs inside the canonical caps' searches."""
 
 import numpy as np
 import pytest
@@ -15,14 +15,15 @@ SMALL = {"max_evals": 60, "max_rounds": 1, "small_graph_op_evals": 2e5, "layer_d
 
 
 @pytest.fixture(scope="module")
-def tight_bert():
+def bert():
     g = dp.load_graph(dp.example_path("bert_l-3_training.json"))
     one_device_peak = dp.simulate(g, uniform_cluster(1), [0] * g.n_ops).peak_memory_bytes[0]
-    return g, uniform_cluster(4, memory_bytes=0.4 * one_device_peak)
+    return g, one_device_peak
 
 
-def test_the_track_searches_with_more_memory_and_anneals_its_repaired_best(tight_bert):
-    g, c = tight_bert
+def test_the_track_searches_with_more_memory_and_anneals_its_repaired_best(bert):
+    g, one_device_peak = bert
+    c = uniform_cluster(4, memory_bytes=0.4 * one_device_peak)
     runs = [dp.place(g, c, "sim-search", seed=2, **SMALL) for _ in range(2)]
     report = runs[0].options["loose_memory"]
     assert report["rounds"] == 1 and report["start_us"] is not None
@@ -34,3 +35,13 @@ def test_the_track_searches_with_more_memory_and_anneals_its_repaired_best(tight
     without = dp.place(g, c, "sim-search", seed=2, **{**SMALL, "loose_memory_factor": 1.0})
     assert without.options["loose_memory"] == {}
     assert runs[0].options["step_us"] <= without.options["step_us"]
+
+
+def test_no_track_inside_the_canonical_caps_searches(bert):
+    """Above the canonical caps the capped searches' memory (0.7 and 0.9 x the one-device peak) is
+    below that peak, so each would run the track, a whole search more per cap: they run without it."""
+    g, one_device_peak = bert
+    c = uniform_cluster(4, memory_bytes=1.2 * one_device_peak)
+    p = dp.place(g, c, "sim-search", seed=2, **SMALL, canonical_caps=(0.7, 0.9), canonical_cap_min_ops=0)
+    assert len(p.options["capped_step_us"]) == 2
+    assert p.options["loose_memory"] == {}

@@ -176,7 +176,8 @@ def _canonical_place(graph, cluster, seed: int, config: SearchConfig, caps_bytes
     for cap in caps_bytes:      # time_budget_s caps them all together
         budget_s = config.time_budget_s
         left_s = None if budget_s is None else max(budget_s - (time.perf_counter() - began), 0.0)
-        capped_config = dataclasses.replace(config, canonical_caps=(), time_budget_s=left_s)
+        # no looser-memory track inside: it would run a whole search more per cap
+        capped_config = dataclasses.replace(config, canonical_caps=(), loose_memory_factor=1.0, time_budget_s=left_s)
         capped.append(place(graph, cluster.with_memory_bytes(np.minimum(cluster.memory_bytes, cap)), seed=seed,
                             options=capped_config))
     best = min(capped, key=lambda placement: placement.options["step_us"])

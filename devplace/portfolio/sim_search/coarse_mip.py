@@ -121,8 +121,10 @@ def _coarse_mip_start(search: _Search) -> tuple | None:
         report.update(status="interleaved")
         return None
     try:
-        # the first incumbent: sim-search's own placement of the pieces (without a coarse start of its own)
-        first = place(coarse.graph, cluster, options=dataclasses.replace(config, coarse_mip_groups=0))
+        # the first incumbent: sim-search's own placement of the pieces (without a coarse start or a
+        # looser-memory track of its own)
+        first = place(coarse.graph, cluster,
+                      options=dataclasses.replace(config, coarse_mip_groups=0, loose_memory_factor=1.0))
         limits = ExactOptions(time_limit_s=math.inf, max_nodes=config.coarse_mip_nodes)
         solve = solve_mip(coarse.graph, cluster, limits, first)
     except OutOfMemoryError:         # the pieces' saved activations fit no split of the devices
