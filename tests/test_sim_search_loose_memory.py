@@ -1,6 +1,7 @@
 """sim-search's looser-memory track: under tight memory it searches with more memory, repairs that
 best into the real memory and anneals from there; the result fits, is the same for the same seed and
-is never slower than without the track. No track runs inside the canonical caps' searches."""
+is never slower than without the track. No rounds run from a repaired start far behind the best, and
+no track runs inside the canonical caps' searches."""
 
 import numpy as np
 import pytest
@@ -11,7 +12,8 @@ from devplace.cluster import uniform_cluster
 # bert_l-3_training (600 ops); target_gap 0 keeps the gap "wide", small_graph_op_evals lets the track run
 SMALL = {"max_evals": 60, "max_rounds": 1, "small_graph_op_evals": 2e5, "layer_descent_evals": 0,
          "layer_search_evals": 0, "target_gap": 0.0, "coarse_mip_groups": 0, "grad_block_evals": 0,
-         "virtual_caps": (), "loose_memory_factor": 2.0, "loose_memory_rounds": 1, "seeds": ("m-topo",)}
+         "virtual_caps": (), "loose_memory_factor": 2.0, "loose_memory_rounds": 1, "seeds": ("m-topo",),
+         "loose_memory_start_behind": 10.0}     # rounds from any repaired start
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,9 @@ def test_the_track_searches_with_more_memory_and_anneals_its_repaired_best(bert)
     without = dp.place(g, c, "sim-search", seed=2, **{**SMALL, "loose_memory_factor": 1.0})
     assert without.options["loose_memory"] == {}
     assert runs[0].options["step_us"] <= without.options["step_us"]
+    # a repaired start further behind the best than loose_memory_start_behind gets no rounds
+    behind = dp.place(g, c, "sim-search", seed=2, **{**SMALL, "loose_memory_start_behind": -1.0})
+    assert behind.options["loose_memory"]["rounds"] == 0 and "start_behind_us" in behind.options["loose_memory"]
 
 
 def test_no_track_inside_the_canonical_caps_searches(bert):
