@@ -258,14 +258,15 @@ def _anneal(search: _Search, start: tuple) -> tuple[str, tuple]:
     return "evals", home
 
 
-def _track_rounds(search: _Search, home: tuple, name: str, max_track_rounds: int, behind: float) -> tuple[int, float]:
+def _track_rounds(search: _Search, home: tuple, name: str, max_track_rounds: int, behind: float,
+                  until_us: float = -math.inf) -> tuple[int, float]:
     """Annealing rounds from a start no other round reached (a track: the coarse MIP start, the
     gradient blocks), each from the track's best: ``max_rounds``, then up to ``max_track_rounds``
     while that best is within ``behind`` of the best found; returns the rounds and the track's best."""
     config = search.config
     rounds = 0
     while rounds < max_track_rounds:
-        if search.best[0] <= search.closed_us or search.out_of_time():
+        if search.best[0] <= max(search.closed_us, until_us) or search.out_of_time():
             break
         if rounds >= config.max_rounds and home[0] > search.best[0] * (1.0 + behind):
             break

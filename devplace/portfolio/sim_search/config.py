@@ -103,15 +103,21 @@ class SearchConfig:
     recurrence_evals: int = option(4000, "simulator calls the recurrence piece descents share (0: no track)")
     recurrence_rounds: int = option(16, "annealing rounds from the fastest recurrence piece descent at most, as "
                                         "grad_block_rounds (and within grad_block_behind past max_rounds)")
-    loose_memory_factor: float = option(1.0, "opt-in looser-memory track (last, while the gap is wide, on graphs small "
-                                             "enough for every extra round whose one-device peak does not fit): the "
-                                             "search on devices with this x their memory (capped by that peak), its "
-                                             "best repaired into the real memory and annealed from there; <= 1: none. "
-                                             "Off by default: at 2.0 it costs a whole extra search (zoo at 30%, seed 0: "
-                                             "Transformer 419.018 -> 412.213 ms at 1.95x the evals; Inception-V3 and "
-                                             "ResNet-50 unchanged at 2.3x and 1.16x)")
+    loose_memory_factor: float = option(1.0, "opt-in looser-memory track (last, while the gap is wide, where the "
+                                             "one-device peak does not fit): the search's rounds on devices with this "
+                                             "x their memory (capped by that peak), its best repaired into the real "
+                                             "memory and annealed from there; <= 1: none. Off by default: at 2.0 it "
+                                             "costs about a search more (30%, seed 0: Transformer 419.0 -> 411.3 ms "
+                                             "at 1.81x the evals, GNMT 233.5 -> 225.7 ms at 2.7x, Inception-V3 and "
+                                             "ResNet-50 no gain)")
     loose_memory_rounds: int = option(4, "annealing rounds from the repaired looser-memory best, each from that "
                                          "track's best (0: no track)")
+    loose_memory_start_behind: float = option(0.25, "no looser-memory rounds from a repaired start slower than the "
+                                                    "best found x (1 + this) (ResNet-50 at 30%: 429.1 ms with twice "
+                                                    "the memory, 1,209.8 ms repaired, 758.9 ms after 4 rounds)")
+    loose_memory_repair_candidates: int = option(24, "repair proposals measured per step when the looser-memory best "
+                                                     "is repaired, the fastest that lowers the overflow taken (1: the "
+                                                     "first that lowers (overflow, step time), as for the starts)")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
     repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")

@@ -65,11 +65,15 @@ def _repair_move(search: _Search, devices: np.ndarray, result) -> tuple[str, np.
     return "group", with_colocation(search.fine, units.members(unit)), target
 
 
-def _repair(search: _Search, starts: list[tuple] | None = None, report: dict | None = None) -> tuple | None:
+def _repair(search: _Search, starts: list[tuple] | None = None, report: dict | None = None,
+            candidates: int = 1) -> tuple | None:
     """Greedy descent on (total overflow, step time) from the least-overflowing of ``starts`` (the
     search's over-memory starts by default); the first placement that fits, as ``search.best`` (it
     is offered, so the annealing continues from it), or None. What it did goes to ``report`` (the
-    search's ``repair_report`` by default)."""
+    search's ``repair_report`` by default). With ``candidates`` > 1 each step measures that many
+    proposals and takes the fastest that lowers the overflow: a repair that keeps a fast placement
+    fast (GNMT's best with 60% memory, 216.9 ms, 0.36 GiB over 30%: one proposal a step gives
+    756.4 ms, the fastest of 24 gives 226.8 ms)."""
     config = search.config
     starts = sorted(search.starts if starts is None else starts, key=lambda s: (s[0], s[1]))[: config.repair_starts]
     budget_end = search.evals + config.repair_max_evals
@@ -85,15 +89,22 @@ def _repair(search: _Search, starts: list[tuple] | None = None, report: dict | N
         log.info("eval %5d  repairing %s: %.3f GiB over memory", search.evals, how, overflow / GIB)
         stale = 0
         while search.evals < budget_end and stale < config.repair_patience and not search.out_of_time():
-            proposal = _repair_move(search, devices, result)
-            if proposal is None:
-                search.evals += 1    # counts, so the loop always ends
-                stale += 1
-                continue
-            move, ops, target = proposal
-            trial = devices.copy()
-            trial[ops] = target
-            t_overflow, t_step, t_result = search.measure(trial, priority)
+            if candidates > 1:
+                fastest = _fastest_lowering(search, devices, priority, result, overflow, candidates)
+                if fastest is None:
+                    stale += 1
+                    continue
+                move, trial, t_overflow, t_step, t_result = fastest
+            else:
+                proposal = _repair_move(search, devices, result)
+                if proposal is None:
+                    search.evals += 1    # counts, so the loop always ends
+                    stale += 1
+                    continue
+                move, ops, target = proposal
+                trial = devices.copy()
+                trial[ops] = target
+                t_overflow, t_step, t_result = search.measure(trial, priority)
             if (t_overflow, t_step) >= (overflow, step):
                 stale += 1
                 continue
@@ -105,6 +116,24 @@ def _repair(search: _Search, starts: list[tuple] | None = None, report: dict | N
                 return step, devices, priority, f"repair of {how} ({move} move)"
     report["evals"] = search.evals - began_evals
     return None
+
+
+def _fastest_lowering(search: _Search, devices, priority, result, overflow: float, candidates: int):
+    """Of ``candidates`` repair proposals (each measured, an eval), the fastest whose overflow is
+    below ``overflow``: (move, devices, overflow, step us, SimResult), or None."""
+    fastest = None
+    for _ in range(candidates):
+        proposal = _repair_move(search, devices, result)
+        if proposal is None:
+            search.evals += 1    # counts, so the loop always ends
+            continue
+        move, ops, target = proposal
+        trial = devices.copy()
+        trial[ops] = target
+        t_overflow, t_step, t_result = search.measure(trial, priority)
+        if t_overflow < overflow and (fastest is None or (t_step, t_overflow) < (fastest[3], fastest[2])):
+            fastest = (move, trial, t_overflow, t_step, t_result)
+    return fastest
 
 
 def _overflow_error(search: _Search) -> OutOfMemoryError:
