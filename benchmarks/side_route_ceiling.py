@@ -28,7 +28,7 @@ from reproduce_papers import PRESET, RESULTS, cached_graph  # noqa: E402
 
 import devplace as dp  # noqa: E402
 from devplace import bounds  # noqa: E402
-from devplace.bounds.relaxation import longest_path  # noqa: E402
+from devplace.bounds.relaxation import crossing_us, longest_path  # noqa: E402
 from devplace.fileio import write_text_atomic  # noqa: E402
 
 OUT = RESULTS / "side_route_ceiling.json"
@@ -36,18 +36,41 @@ MEMORY_FRACTION = 0.3
 ZOO = ["transformer", "rnnlm", "resnet50", "inception_v3", "gnmt", "nasnet", "mlp", "small_cnn"]
 
 
-def in_between(graph, position: np.ndarray) -> np.ndarray:
-    """Per op, whether it is off the path, below some path op and above some later one."""
-    latest = np.where(position >= 0, position, -1)                # the latest path op above (or the op itself)
+def path_relatives(graph, position: np.ndarray):
+    """Per op, the latest path op above it (-1: none; a path op is its own) and whether it leads to a path op."""
+    latest = np.where(position >= 0, position, -1)
     for v in graph.topo_order:
         if position[v] < 0:
-            preds = graph.edge_src[graph.pred_edge[graph.pred_ptr[v]:graph.pred_ptr[v + 1]]]
-            latest[v] = latest[preds].max(initial=-1)
-    below = position >= 0                                         # leads to some path op (or is one)
+            latest[v] = latest[graph.edge_src[graph.pred_edge[graph.pred_ptr[v]:graph.pred_ptr[v + 1]]]].max(initial=-1)
+    below = position >= 0
     for v in graph.topo_order[::-1]:
         if position[v] < 0:
             below[v] = below[graph.edge_dst[graph.succ_edge[graph.succ_ptr[v]:graph.succ_ptr[v + 1]]]].any()
-    return (position < 0) & (latest >= 0) & below
+    return latest, below
+
+
+def tail_cap_us(graph, time_us, route_cut_us, position, latest, below, after_us) -> float:
+    """A cap on what routes from the path to the step's end could add if charged like side routes: an
+    off-path op q below the path and above none of it either stays on the path's device (at most p_q more
+    there) or its route leaves once, ending at most (longest chain from the path through q to a sink) + (the
+    crossing of its last finite edge into q) - (the path's time after q's latest path op above) after that
+    op. Summed per op as the lesser of the two: every set of staying ops is charged no more (not a bound)."""
+    into, down, cross = np.zeros(graph.n_ops), np.zeros(graph.n_ops), np.full(graph.n_ops, np.inf)
+    for v in graph.topo_order:                 # into: the longest chain of off-path ops from the path to v
+        if position[v] < 0 and latest[v] >= 0:
+            edges = graph.pred_edge[graph.pred_ptr[v]:graph.pred_ptr[v + 1]]
+            edges = edges[latest[graph.edge_src[edges]] >= 0]
+            srcs = graph.edge_src[edges]
+            into[v] = time_us[v] + np.where(position[srcs] >= 0, 0.0, into[srcs]).max()
+            finite = route_cut_us[edges][np.isfinite(route_cut_us[edges])]
+            off = srcs[position[srcs] < 0]
+            cross[v] = finite.max() if len(finite) else (cross[off].max() if len(off) else np.inf)
+    for v in graph.topo_order[::-1]:           # down: the longest chain from v to a sink
+        down[v] = time_us[v] + down[graph.edge_dst[graph.succ_edge[graph.succ_ptr[v]:graph.succ_ptr[v + 1]]]].max(
+            initial=0.0)
+    tail = (position < 0) & (latest >= 0) & ~below
+    excess = into[tail] + down[tail] - time_us[tail] + cross[tail] - after_us[latest[tail]]
+    return float(np.minimum(time_us[tail], np.maximum(excess, 0.0)).sum())
 
 
 def measure(name: str, graph, cluster) -> dict:
@@ -56,7 +79,12 @@ def measure(name: str, graph, cluster) -> dict:
     path_ops, _ = longest_path(graph, rel.fastest_us, np.zeros(graph.n_edges))
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(len(path_ops))
-    between = in_between(graph, position)
+    latest, below = path_relatives(graph, position)
+    between = (position < 0) & (latest >= 0) & below
+    head = (position < 0) & (latest < 0) & below
+    after_us = rel.fastest_us[path_ops][::-1].cumsum()[::-1] - rel.fastest_us[path_ops]   # the path after each op
+    tails_ms = tail_cap_us(graph, rel.fastest_us, crossing_us(graph, rel.fastest_us, rel.cut_us), position, latest,
+                           below, after_us) / 1e3
     began = time.perf_counter()
     memory_path_ms = bounds.memory_path_us(graph, cluster, rel) / 1e3
     path_ms, between_ms = rel.fastest_us[path_ops].sum() / 1e3, rel.fastest_us[between].sum() / 1e3
@@ -64,6 +92,8 @@ def measure(name: str, graph, cluster) -> dict:
     row = {"graph": name, "ops": graph.n_ops, "path_ops": len(path_ops), "path_fits_one_device": bool(fits),
            "in_between_ops": int(between.sum()),
            "path_ms": path_ms, "in_between_ms": between_ms, "staying_work_cap_ms": path_ms + between_ms,
+           "tail_routes_cap_ms": tails_ms, "head_work_ms": rel.fastest_us[head].sum() / 1e3,
+           "route_cap_ms": path_ms + between_ms + tails_ms + rel.fastest_us[head].sum() / 1e3,
            "memory_path_ms": memory_path_ms, "memory_path_s": round(time.perf_counter() - began, 2),
            "load_1min": round(load, 2)}
     print(json.dumps(row), flush=True)
