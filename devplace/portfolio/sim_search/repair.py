@@ -90,21 +90,13 @@ def _repair(search: _Search, starts: list[tuple] | None = None, report: dict | N
         stale = 0
         while search.evals < budget_end and stale < config.repair_patience and not search.out_of_time():
             if candidates > 1:
-                fastest = _fastest_lowering(search, devices, priority, result, overflow, candidates)
-                if fastest is None:
-                    stale += 1
-                    continue
-                move, trial, t_overflow, t_step, t_result = fastest
+                measured = _fastest_lowering(search, devices, priority, result, overflow, candidates)
             else:
-                proposal = _repair_move(search, devices, result)
-                if proposal is None:
-                    search.evals += 1    # counts, so the loop always ends
-                    stale += 1
-                    continue
-                move, ops, target = proposal
-                trial = devices.copy()
-                trial[ops] = target
-                t_overflow, t_step, t_result = search.measure(trial, priority)
+                measured = _measured_proposal(search, devices, priority, result)
+            if measured is None:
+                stale += 1
+                continue
+            move, trial, t_overflow, t_step, t_result = measured
             if (t_overflow, t_step) >= (overflow, step):
                 stale += 1
                 continue
@@ -118,21 +110,28 @@ def _repair(search: _Search, starts: list[tuple] | None = None, report: dict | N
     return None
 
 
+def _measured_proposal(search: _Search, devices, priority, result):
+    """One repair proposal, measured: (move, devices, overflow, step us, SimResult), or None when
+    there is none (it still counts as an eval, so the repair's loop always ends)."""
+    proposal = _repair_move(search, devices, result)
+    if proposal is None:
+        search.evals += 1
+        return None
+    move, ops, target = proposal
+    trial = devices.copy()
+    trial[ops] = target
+    return (move, trial, *search.measure(trial, priority))
+
+
 def _fastest_lowering(search: _Search, devices, priority, result, overflow: float, candidates: int):
-    """Of ``candidates`` repair proposals (each measured, an eval), the fastest whose overflow is
-    below ``overflow``: (move, devices, overflow, step us, SimResult), or None."""
+    """Of ``candidates`` measured repair proposals, the fastest whose overflow is below
+    ``overflow``, as ``_measured_proposal`` gives it, or None."""
     fastest = None
     for _ in range(candidates):
-        proposal = _repair_move(search, devices, result)
-        if proposal is None:
-            search.evals += 1    # counts, so the loop always ends
-            continue
-        move, ops, target = proposal
-        trial = devices.copy()
-        trial[ops] = target
-        t_overflow, t_step, t_result = search.measure(trial, priority)
-        if t_overflow < overflow and (fastest is None or (t_step, t_overflow) < (fastest[3], fastest[2])):
-            fastest = (move, trial, t_overflow, t_step, t_result)
+        measured = _measured_proposal(search, devices, priority, result)
+        if measured is not None and measured[2] < overflow and (
+                fastest is None or (measured[3], measured[2]) < (fastest[3], fastest[2])):
+            fastest = measured
     return fastest
 
 
