@@ -8,6 +8,8 @@ channel_ceiling_rnnlm.json for its duplex row) is judged in its own priority, th
 the order of its own `duplex` schedule (each op's start there), then annealed from the fastest as a
 track (`anneal._track_rounds`, 4 rounds) and given the gradient-block and recurrence tracks, as the
 search's last phases would; each phase's best and evals go to OUT.
+`--overlap START MODEL`: prints, per GPU of START simulated under MODEL, the time its channel is busy
+sending, receiving, both at once and either (ms): what `sequential` would have to serialize.
 """
 
 from __future__ import annotations
@@ -91,12 +93,49 @@ def hand(start: str, seed: int, out: str) -> None:
                 utc_load=[began, _when()]), out)
 
 
+def _union(intervals) -> list[list[float]]:
+    merged: list[list[float]] = []
+    for a, b in sorted((a, b) for a, b in intervals if b > a):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def _common_us(u: list[list[float]], v: list[list[float]]) -> float:
+    i = j = 0
+    total = 0.0
+    while i < len(u) and j < len(v):
+        total += max(0.0, min(u[i][1], v[j][1]) - max(u[i][0], v[j][0]))
+        if u[i][1] < v[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap(start: str, model: str) -> None:
+    graph, cluster = cached_graph("zoo:rnnlm"), _cluster(model)
+    devices, priority = _start(start)
+    r = Simulator(graph, cluster).run(Placement(devices=devices, priority=priority))
+    print(f"{start} under {model}: {r.step_time_us / 1e3:.3f} ms; per GPU send, receive, both at once, either (ms)")
+    for k in range(cluster.n_devices):
+        send = _union(zip(r.transfer_start_us[r.transfer_src == k], r.transfer_end_us[r.transfer_src == k]))
+        receive = _union(zip(r.transfer_start_us[r.transfer_dst == k], r.transfer_end_us[r.transfer_dst == k]))
+        busy = [sum(b - a for a, b in u) / 1e3 for u in (send, receive, _union(send + receive))]
+        print(f"  GPU {k}: {busy[0]:.3f} {busy[1]:.3f} {_common_us(send, receive) / 1e3:.3f} {busy[2]:.3f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--search", nargs=3, metavar=("MODEL", "SEED", "OUT"))
     parser.add_argument("--hand", nargs=3, metavar=("START", "SEED", "OUT"))
+    parser.add_argument("--overlap", nargs=2, metavar=("START", "MODEL"))
     args = parser.parse_args()
     if args.search:
         search(args.search[0], int(args.search[1]), args.search[2])
     if args.hand:
         hand(args.hand[0], int(args.hand[1]), args.hand[2])
+    if args.overlap:
+        overlap(*args.overlap)
