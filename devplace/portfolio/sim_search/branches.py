@@ -195,4 +195,4 @@ def _branch_rounds(search: _Search, bound_us: float | None) -> None:
     if share < config.branch_share:
         return
     _piece_track(search, piece, config.branch_starts, config.branch_evals, config.branch_rounds,
-                 "branch piece", HOW, report)
+                 "branch piece", HOW, report, as_is=True)

@@ -108,8 +108,10 @@ class SearchConfig:
     branch_share: float = option(0.25, "the branch track runs (after the recurrence track, while the gap is wide) "
                                        "where the cells' branches hold at least this share of the step's compute "
                                        "(Inception-V3 63%, NASNet 27%, ResNet-50, the Transformer, RNNLM, GNMT 0%)")
-    branch_starts: int = option(6, "piece maps the branch track descends from: the best laid out by piece, then random")
-    branch_evals: int = option(4000, "simulator calls the branch piece descents share (0: no track)")
+    branch_starts: int = option(1, "starts the branch track descends from: the best as it is, then random piece maps "
+                                   "(Inception-V3 at 30%: none of 5 fits)")
+    branch_evals: int = option(6000, "simulator calls the branch piece descents share (0: no track; Inception-V3 at "
+                                     "30%: the descent from the best ends after 5,416)")
     branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
                                     "grad_block_rounds (and within grad_block_behind past max_rounds)")
     loose_memory_factor: float = option(1.0, "opt-in looser-memory track (last, while the gap is wide, where the "

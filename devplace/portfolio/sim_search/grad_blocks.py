@@ -103,10 +103,11 @@ def _gradient_block_rounds(search: _Search, bound_us: float | None) -> None:
 
 
 def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, max_track_rounds: int, name: str,
-                 how: str, report: dict) -> None:
+                 how: str, report: dict, as_is: bool = False) -> None:
     """A track over whole pieces (per op, its piece; a piece moves with its ops' colocation groups):
     greedy descents over whole-piece moves (``layers._layer_descent``) from the best laid out by
-    piece (each on the device holding most of its ops) and from ``starts`` - 1 random piece maps
+    piece (each on the device holding most of its ops; with ``as_is``, the best as it is, its
+    pieces not made whole until a move carries them) and from ``starts`` - 1 random piece maps
     drawn from the search's rng, sharing ``evals``; then up to ``max_track_rounds`` annealing rounds
     from the fastest end (``anneal._track_rounds``, within ``grad_block_behind`` past ``max_rounds``).
     The best before it, the descent ends, rounds and the track's best go to ``report`` (and the log)."""
@@ -124,6 +125,8 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
             devices = np.zeros(search.graph.n_ops, np.int64)
             for ops, device in zip(piece_ops, piece_devices):
                 devices[ops] = device
+            if k == 0 and as_is:
+                devices = search.best[1].copy()
             scored = _fastest_fitting(search, devices)
             if scored is None or search.evals >= budget_end:
                 continue
