@@ -7,6 +7,7 @@ that, the expanded program placement, the best after the track, the certified bo
 ``--groups`` / ``--memory`` / ``--nodes`` / ``--rounds`` set the track's options (e.g. to sweep K).
 The gradient block track (``grad_blocks.py``) runs after it: ``grad_block_before_ms`` is the best
 before that track. The recurrence track (``recurrence.py``) runs after that: ``recurrence_before_ms`` is the best
+before it; the branch track (``branches.py``) runs after that: ``branch_before_ms`` is the best
 before it, ``after_ms`` the result. ``--seed`` picks sim-search's seed.
 Writes ``benchmarks/results/coarse_mip_start.json`` (temp file, then rename; ``--out`` elsewhere).
 
@@ -41,7 +42,7 @@ def run(model: str, options: dict, seed: int = 0) -> dict:
     seconds = time.perf_counter() - began
     result = dp.simulate(graph, cluster, placement)
     track, blocks = placement.options["coarse_mip"], placement.options["grad_blocks"]
-    recurrence = placement.options["recurrence"]
+    recurrence, branches = placement.options["recurrence"], placement.options["branches"]
     bound_us = placement.options["lower_bound_us"]
     ms = (lambda us: None if us is None else round(us / 1e3, 3))
     return {
@@ -57,6 +58,9 @@ def run(model: str, options: dict, seed: int = 0) -> dict:
         "recurrence_before_ms": ms(recurrence.get("before_us")),
         "recurrence_descent_ends_ms": [ms(us) for us in recurrence.get("descent_ends_us", [])],
         "recurrence_rounds": recurrence.get("rounds"), "recurrence_best_ms": ms(recurrence.get("best_us")),
+        "branch_share": branches.get("share"), "branch_before_ms": ms(branches.get("before_us")),
+        "branch_descent_ends_ms": [ms(us) for us in branches.get("descent_ends_us", [])],
+        "branch_rounds": branches.get("rounds"), "branch_best_ms": ms(branches.get("best_us")),
         "seed": seed, "evals": placement.options["evals"], "utc": utc,
         "after_ms": ms(result.step_time_us), "fits": bool(result.fits), "bound_ms": ms(bound_us),
         "gap": round(result.step_time_us / bound_us - 1, 4), "found_by": placement.options["found_by"],

@@ -103,6 +103,17 @@ class SearchConfig:
     recurrence_evals: int = option(4000, "simulator calls the recurrence piece descents share (0: no track)")
     recurrence_rounds: int = option(16, "annealing rounds from the fastest recurrence piece descent at most, as "
                                         "grad_block_rounds (and within grad_block_behind past max_rounds)")
+    branch_min_branches: int = option(3, "a fork whose region splits into at least this many branches is a cell "
+                                         "whose branches the branch track moves whole")
+    branch_share: float = option(0.25, "the branch track runs (after the recurrence track, while the gap is wide) "
+                                       "where the cells' branches hold at least this share of the step's compute "
+                                       "(Inception-V3 63%, NASNet 27%, ResNet-50, the Transformer, RNNLM, GNMT 0%)")
+    branch_starts: int = option(1, "starts the branch track descends from: the best as it is, then random piece maps "
+                                   "(Inception-V3 at 30%: none of 5 fits)")
+    branch_evals: int = option(6000, "simulator calls the branch piece descents share (0: no track; Inception-V3 at "
+                                     "30%: the descent from the best ends after 5,416)")
+    branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
+                                    "grad_block_rounds (and within grad_block_behind past max_rounds)")
     loose_memory_factor: float = option(1.0, "opt-in looser-memory track (last, while the gap is wide, where the "
                                              "one-device peak does not fit): the search's rounds on devices with this "
                                              "x their memory (capped by that peak), its best repaired into the real "

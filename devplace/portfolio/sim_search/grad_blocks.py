@@ -81,32 +81,38 @@ def gradient_blocks(graph, cluster, min_share: float) -> tuple[np.ndarray, float
     return block.astype(np.int64), float(op_us[own].sum() / max(op_us.sum(), 1e-12))
 
 
+def _track_may_run(search: _Search, bound_us: float | None, evals: int) -> bool:
+    """Whether a piece track with ``evals`` may run: a budget, two devices or more, a bound (the
+    nominal step time), time left and the best still more than ``target_gap`` above the bound."""
+    return (evals > 0 and search.n_dev >= 2 and bound_us is not None and search.graph.n_ops > 0
+            and not search.out_of_time() and search.best[0] > bound_us * (1.0 + search.config.target_gap))
+
+
 def _gradient_block_rounds(search: _Search, bound_us: float | None) -> None:
     """The track (module docstring); what it did goes to ``search.grad_block_report``."""
     config = search.config
-    if (config.grad_block_evals <= 0 or search.n_dev < 2 or bound_us is None or not search.graph.n_ops
-            or search.out_of_time() or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+    if not _track_may_run(search, bound_us, config.grad_block_evals):
         return
     block, share = gradient_blocks(search.graph, search.cluster, config.grad_block_min_share)
     report = search.grad_block_report
     report.update(blocks=int(block.max()) + 1, share=round(share, 4))
     if share < config.grad_block_share:
         return
-    report.update(before_us=search.best[0])
     _piece_track(search, block, config.grad_block_starts, config.grad_block_evals, config.grad_block_rounds,
                  "gradient block", HOW, report)
-    log.info("gradient blocks: %s", report)
 
 
 def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, max_track_rounds: int, name: str,
-                 how: str, report: dict) -> None:
+                 how: str, report: dict, as_is: bool = False) -> None:
     """A track over whole pieces (per op, its piece; a piece moves with its ops' colocation groups):
     greedy descents over whole-piece moves (``layers._layer_descent``) from the best laid out by
-    piece (each on the device holding most of its ops) and from ``starts`` - 1 random piece maps
+    piece (each on the device holding most of its ops; with ``as_is``, the best as it is, its
+    pieces not made whole until a move carries them) and from ``starts`` - 1 random piece maps
     drawn from the search's rng, sharing ``evals``; then up to ``max_track_rounds`` annealing rounds
     from the fastest end (``anneal._track_rounds``, within ``grad_block_behind`` past ``max_rounds``).
-    The descent ends, rounds and the track's best go to ``report``."""
+    The best before it, the descent ends, rounds and the track's best go to ``report`` (and the log)."""
     config = search.config
+    report.update(before_us=search.best[0])
     piece_ops = [with_colocation(search.fine, np.flatnonzero(piece == p)) for p in range(int(piece.max()) + 1)]
     maps = [np.array([np.bincount(search.best[1][ops], minlength=search.n_dev).argmax() for ops in piece_ops])]
     maps += [search.rng.integers(0, search.n_dev, len(piece_ops)) for _ in range(starts - 1)]
@@ -119,6 +125,8 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
             devices = np.zeros(search.graph.n_ops, np.int64)
             for ops, device in zip(piece_ops, piece_devices):
                 devices[ops] = device
+            if k == 0 and as_is:
+                devices = search.best[1].copy()
             scored = _fastest_fitting(search, devices)
             if scored is None or search.evals >= budget_end:
                 continue
@@ -129,8 +137,10 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
         search.reporter.end()
     report.update(descent_ends_us=sorted(end[0] for end in ends))
     if not ends:
+        log.info("%s track: %s", name, report)
         return
     home = min(ends, key=lambda end: end[0])
     search.offer(*home)
     rounds, best_us = _track_rounds(search, home, f"{name}s", max_track_rounds, config.grad_block_behind)
     report.update(rounds=rounds, best_us=best_us)
+    log.info("%s track: %s", name, report)

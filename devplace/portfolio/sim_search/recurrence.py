@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from devplace.graph import Role
-from devplace.portfolio.sim_search.config import log
-from devplace.portfolio.sim_search.grad_blocks import _piece_track, gradient_blocks, gradient_owner
+from devplace.portfolio.sim_search.grad_blocks import _piece_track, _track_may_run, gradient_blocks, gradient_owner
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
@@ -131,9 +130,7 @@ def recurrence_pieces(graph, cluster, min_share: float) -> tuple[np.ndarray, int
 def _recurrence_rounds(search: _Search, bound_us: float | None) -> None:
     """The track (module docstring); what it did goes to ``search.recurrence_report``."""
     config = search.config
-    if (config.recurrence_evals <= 0 or config.grad_block_evals <= 0 or search.n_dev < 2 or bound_us is None
-            or not search.graph.n_ops or search.out_of_time()
-            or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+    if config.grad_block_evals <= 0 or not _track_may_run(search, bound_us, config.recurrence_evals):
         return
     _, share = gradient_blocks(search.graph, search.cluster, config.grad_block_min_share)
     if share < config.grad_block_share:
@@ -143,7 +140,5 @@ def _recurrence_rounds(search: _Search, bound_us: float | None) -> None:
     report.update(pieces=int(piece.max()) + 1, recurrent_weights=recurrent)
     if not recurrent:
         return
-    report.update(before_us=search.best[0])
     _piece_track(search, piece, config.recurrence_starts, config.recurrence_evals, config.recurrence_rounds,
                  "recurrence piece", HOW, report)
-    log.info("recurrence pieces: %s", report)

@@ -79,6 +79,7 @@ class _Search:
         self.coarse_mip_report: dict = {}
         self.grad_block_report: dict = {}
         self.recurrence_report: dict = {}
+        self.branch_report: dict = {}
         self.loose_memory_report: dict = {}
         self.virtual_rounds: list[dict] = []   # per round under a virtual cap: the cap, its start, the best after
         self.seed_report: dict[str, float | str] = {}
