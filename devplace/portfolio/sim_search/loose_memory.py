@@ -53,10 +53,10 @@ def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
     looser = np.maximum(memory, np.minimum(config.loose_memory_factor * memory, one_device_peak))
     report = search.loose_memory_report
     report.update(before_us=search.best[0], memory_gib=[float(m) / GIB for m in looser])
-    # the inner search's rounds only: its own tracks (virtual caps, coarse MIP, gradient blocks) run
+    # the inner search's rounds only: its own tracks (virtual caps, coarse MIP, gradient blocks, branches) run
     # only while its gap stays wide, where the track has not paid (ResNet-50, Inception-V3 at 30%)
     inner = dataclasses.replace(config, loose_memory_rounds=0, canonical_caps=(), virtual_caps=(),
-                                coarse_mip_groups=0, grad_block_evals=0)
+                                coarse_mip_groups=0, grad_block_evals=0, branch_evals=0)
     loose = place(graph, search.cluster.with_memory_bytes(looser), seed=search.seed, options=inner)
     search.evals += loose.options["evals"]
     report.update(loose_us=loose.options["step_us"], loose_evals=loose.options["evals"])
