@@ -114,7 +114,8 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
     config = search.config
     report.update(before_us=search.best[0])
     piece_ops = [with_colocation(search.fine, np.flatnonzero(piece == p)) for p in range(int(piece.max()) + 1)]
-    maps = [np.array([np.bincount(search.best[1][ops], minlength=search.n_dev).argmax() for ops in piece_ops])]
+    maps = [None if as_is else
+            np.array([np.bincount(search.best[1][ops], minlength=search.n_dev).argmax() for ops in piece_ops])]
     maps += [search.rng.integers(0, search.n_dev, len(piece_ops)) for _ in range(starts - 1)]
     budget_end = search.evals + evals
     ends = []
@@ -122,11 +123,12 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
     search.phase_began = search.evals
     try:
         for k, piece_devices in enumerate(maps):
-            devices = np.zeros(search.graph.n_ops, np.int64)
-            for ops, device in zip(piece_ops, piece_devices):
-                devices[ops] = device
-            if k == 0 and as_is:
+            if piece_devices is None:          # as_is: the best itself
                 devices = search.best[1].copy()
+            else:
+                devices = np.zeros(search.graph.n_ops, np.int64)
+                for ops, device in zip(piece_ops, piece_devices):
+                    devices[ops] = device
             scored = _fastest_fitting(search, devices)
             if scored is None or search.evals >= budget_end:
                 continue

@@ -96,7 +96,11 @@ def is_recurrent(graph, readers: np.ndarray) -> bool:
 
 def recurrence_pieces(graph, cluster, min_share: float) -> tuple[np.ndarray, int]:
     """Per op, its piece (module docstring), and how many of the gradient blocks' weights are recurrent."""
-    block, _ = gradient_blocks(graph, cluster, min_share)
+    return _pieces_of_blocks(graph, gradient_blocks(graph, cluster, min_share)[0])
+
+
+def _pieces_of_blocks(graph, block: np.ndarray) -> tuple[np.ndarray, int]:
+    """``recurrence_pieces`` from the gradient blocks already found."""
     owner = gradient_owner(graph)
     n_blocks = int(block.max()) + 1 if graph.n_ops else 0
     piece = block.copy()
@@ -132,10 +136,10 @@ def _recurrence_rounds(search: _Search, bound_us: float | None) -> None:
     config = search.config
     if config.grad_block_evals <= 0 or not _track_may_run(search, bound_us, config.recurrence_evals):
         return
-    _, share = gradient_blocks(search.graph, search.cluster, config.grad_block_min_share)
+    block, share = gradient_blocks(search.graph, search.cluster, config.grad_block_min_share)
     if share < config.grad_block_share:
         return
-    piece, recurrent = recurrence_pieces(search.graph, search.cluster, config.grad_block_min_share)
+    piece, recurrent = _pieces_of_blocks(search.graph, block)
     report = search.recurrence_report
     report.update(pieces=int(piece.max()) + 1, recurrent_weights=recurrent)
     if not recurrent:
