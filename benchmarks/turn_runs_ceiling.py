@@ -16,15 +16,18 @@ proof already uses; per device d):
 - ``chan``: an item made on d and read elsewhere (or the reverse) holds d's channel within [0, T];
 - ``eager`` (optimistic, not proven: it ignores a transfer queued past s): an item read on d is held there.
 
-s is a variable in [head_x, T - p_x - tail_x]. ``runs`` is the brief's version: only P's forward runs, each
-run's made bytes (output or hold, the smaller) at most the memory plus the channel's capacity in [0, s].
-Each assignment found is then valued two ways: *plain*, P's compute plus its cut costs, and *windowed*, the
-comm path with those cut edges forced (``_comm_path_with_cut_us`` of ``turn_cut_us`` for a set). A bound
-from these rows can reach at most max over T of min(T, the least value over feasible assignments at T): an
-assignment found feasible at T with value v caps it at max(T', v) for every T' >= T. The windowed search
-uses a surrogate objective (each edge's own windowed rise plus a tenth of its cost), so its values are
-upper estimates of the least windowed value (a ceiling, not a bound). HiGHS runs to a node limit, not a
-time limit, so the figures do not depend on the machine's load; "check" runs fix one assignment.
+s is a variable in [head_x, T - p_x - tail_x]. One channel per GPU, both ways (``sequential``, the zoo's
+cluster; under ``duplex`` ``chan`` would split into a send and a receive row).
+
+``runs`` is the brief's version: only P's forward runs, each run's made bytes (output or hold, the smaller)
+at most the memory plus the channel's capacity in [0, s]. Each assignment found is valued two ways: *plain*,
+P's compute plus its cut costs, and *windowed*, the comm path with those cut edges forced (what
+``turn_cut_us`` computes for one edge). A bound from these rows reaches at most the largest min(T', g(T')),
+g(T') the least value over assignments feasible at T'; an assignment feasible at T with value v caps that at
+max(T, v) (for T' >= T, g(T') <= v). The windowed search minimises a surrogate (each edge's own windowed
+rise plus a tenth of its cost), so its values are witnesses, upper estimates of g (a ceiling, not a bound).
+HiGHS runs to a node limit, not a time limit, so the figures do not depend on the machine's load; "check"
+runs fix one assignment.
 
     PYTHONPATH=$PWD python benchmarks/turn_runs_ceiling.py --out benchmarks/results/turn_runs_ceiling.json
     ... --check resnet50 devices.npy priority.npy     # the rows on a placement, at its own step
