@@ -234,6 +234,26 @@ def _spread(pattern, m: int) -> np.ndarray:
     return devices
 
 
+def backward_held_gib(graph, rel, turn: Turn, devices: np.ndarray) -> list:
+    """Optimistic multi-instant memory of one P assignment (not a proven row): per GPU, the most it holds at
+    the start of a backward P op o_b there, counting o_b's output and temporaries, the persistent bytes of P's ops
+    there, and every output of an earlier P op that a P op at b or later reads there (as if every transfer
+    began when its producer finished). Off-P ops are left out."""
+    position = np.full(graph.n_ops, -1, np.int64)
+    position[turn.path_ops] = np.arange(len(turn.path_ops))
+    src, dst = graph.edge_src, graph.edge_dst
+    inner = (position[src] >= 0) & (position[dst] > position[src]) & (graph.output_bytes[src] > 0) & (rel.cut_us > 0)
+    made, read = position[src[inner]], position[dst[inner]]
+    footprint = (graph.output_bytes + graph.temp_bytes)[turn.path_ops]
+    persistent = np.bincount(devices, weights=graph.persistent_bytes[turn.path_ops], minlength=turn.n_devices)
+    held = np.zeros(turn.n_devices)
+    for b in range(turn.q + 1, len(turn.path_ops)):
+        d = devices[b]
+        live = np.unique(made[(made < b) & (read >= b) & (devices[read] == d)])
+        held[d] = max(held[d], footprint[b] + persistent[d] + graph.output_bytes[turn.path_ops[live]].sum())
+    return [round(float(h) / GiB, 3) for h in held]
+
+
 def windowed_us(graph, rel, turn: Turn, cuts) -> float:
     """The comm path with these P edges always cut (the value ``turn_cut_us`` gives one edge)."""
     forced = rel.forced_cut.copy()
@@ -282,7 +302,8 @@ def measure(model: str, runs) -> dict:
                      "dual": dual / 1e3 if objective != "windowed" else dual,
                      "cuts": cuts, "devices": None if devices is None else [int(devices[0])] + [int(devices[i + 1]) for i in cuts],
                      "cut_ms": cost / 1e3, "plain_ms": (turn.p_us.sum() + cost) / 1e3,
-                     "windowed_ms": windowed_us(graph, rel, turn, cuts) / 1e3}
+                     "windowed_ms": windowed_us(graph, rel, turn, cuts) / 1e3,
+                     "backward_held_gib": None if devices is None else backward_held_gib(graph, rel, turn, devices)}
         entry["seconds"] = time.perf_counter() - began
         report["runs"].append(entry)
         print("  " + json.dumps(entry), flush=True)
@@ -303,6 +324,8 @@ def check(model: str, devices_path: str, priority_path: str | None) -> dict:
            "priority": None if priority is None else priority.tolist(), "rows": {},
            "memory_gib": _memory_by_kind(graph, turn, result)}
     print(json.dumps(out["memory_gib"]))
+    out["backward_held_gib"] = backward_held_gib(graph, rel, turn, devices[turn.path_ops])
+    print("backward instants, most held per GPU (GiB, P's ops only):", out["backward_held_gib"])
     for rows in (ROWS, ROWS + ("eager",)):
         value, _, status, _ = device_program(turn, step_us, rows, turn.cut_us, fix=devices[turn.path_ops])
         out["rows"]["+".join(rows)] = {"feasible": bool(np.isfinite(value)), "path_cut_ms": value / 1e3}
