@@ -5,11 +5,9 @@ the time the step leaves; the cut then pays between the heads and tails of ``rel
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse import csgraph
 
 from devplace.bounds.relaxation import Relaxation, longest_path, windows_us
-from devplace.bounds.turn_path import turn_probe
+from devplace.bounds.turn_path import turn_probe, turn_sides
 from devplace.sim.channels import COMM_MODEL_CODES, DUPLEX, SEQUENTIAL
 
 
@@ -131,11 +129,7 @@ def _turn_items(graph, path_ops: np.ndarray, q: int, us_per_byte: float):
     """Per path position, the bytes of the items made there and read there (``turn_cut_us``)."""
     n, m = graph.n_ops, len(path_ops)
     x = int(path_ops[q])
-    adjacency = sparse.csr_array((np.ones(graph.n_edges), (graph.edge_src, graph.edge_dst)), shape=(n, n))
-    anc = np.zeros(n, bool)
-    anc[csgraph.breadth_first_order(adjacency.T.tocsr(), x, directed=True, return_predecessors=False)] = True
-    desc = np.zeros(n, bool)
-    desc[csgraph.breadth_first_order(adjacency, x, directed=True, return_predecessors=False)] = True
+    anc, desc = turn_sides(graph, x)
     position = np.full(n, -1, np.int64)
     position[path_ops] = np.arange(m)
     src, dst, out = graph.edge_src, graph.edge_dst, graph.output_bytes

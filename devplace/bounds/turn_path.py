@@ -197,15 +197,22 @@ def turn_probe(graph, rel: Relaxation, path_ops: np.ndarray) -> int:
     return int(path_ops[np.argmax(held)]) if held.max(initial=0.0) > 0 else -1
 
 
-def _turn_items(graph, rel: Relaxation, column: np.ndarray, x: int):
-    """Per item (see ``turn_path_us``), its producer and the reader it is charged with: one reader
-    in the producer's unit if there is one, else the first."""
+def turn_sides(graph, x: int):
+    """anc(x) and desc(x), each with x, as masks over the ops: what is made before the turn and what
+    reads after it (``turn_path_us``, ``turn_cut_us``)."""
     n = graph.n_ops
     adjacency = sparse.csr_array((np.ones(graph.n_edges), (graph.edge_src, graph.edge_dst)), shape=(n, n))
     anc = np.zeros(n, bool)
     anc[csgraph.breadth_first_order(adjacency.T.tocsr(), x, directed=True, return_predecessors=False)] = True
     desc = np.zeros(n, bool)
     desc[csgraph.breadth_first_order(adjacency, x, directed=True, return_predecessors=False)] = True
+    return anc, desc
+
+
+def _turn_items(graph, rel: Relaxation, column: np.ndarray, x: int):
+    """Per item (see ``turn_path_us``), its producer and the reader it is charged with: one reader
+    in the producer's unit if there is one, else the first."""
+    anc, desc = turn_sides(graph, x)
     src, dst = graph.edge_src, graph.edge_dst
     ka, kb = column[rel.unit[src]], column[rel.unit[dst]]
     keep = anc[src] & (src != x) & desc[dst] & (graph.output_bytes[src] > 0) & (rel.cut_us > 0) & (ka >= 0) & (kb >= 0)
