@@ -24,16 +24,17 @@ to the search, which checks it against its own memory.
 - **Down** (the mirror): this search's best goes through the repaired track into the memory / factor,
   whatever the gap.
 
-Both run only where the memory / factor, taken as a memory of its own, would run the up direction
-for any gap: a graph small enough for every extra round, two devices or more, the one-device peak
-above every device's memory x factor, and no canonical caps there (``canonical.py``). Then, for a
-cluster C and the same cluster with each device's memory x factor (exactly: factor 2 scales floats
-exactly), the up direction at C starts from the larger cluster's search without the track, which is
-the larger search's best when its down direction begins, so the two repaired tracks are the same run
-and the larger memory's result is no slower than anything C's track offers. What the track does not
-cover: the larger memory against C's search without the track, as without the track (measured).
+The up direction runs only where the memory itself is *eligible*: a graph small enough for every
+extra round, two devices or more, the one-device peak above some device's memory x factor, and no
+canonical caps there (``canonical.py``); the down direction only where the memory / factor is
+eligible, whatever its gap. Then, for a cluster C and the same cluster with each device's memory x
+factor (exact in floating point for factor 2), the up direction at C starts from the larger
+cluster's search without the track, which is the larger search's best when its down direction
+begins; the two repaired tracks are the same run, so the larger memory's result is no slower than
+anything C's track offers. Not covered: the larger memory against C's search without the track
+(measured, as before the track).
 
-Cost: the up direction is a search more (Transformer at 30%: 1.8x the evals); the down direction a
+Cost: the up direction is a search more (Transformer at 30%: 1.76x the evals); the down direction a
 repair (a few hundred evals) and up to ``loose_memory_rounds`` rounds where its gate passes, else
 a bound (no evals).
 """
@@ -91,8 +92,8 @@ def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
 
 
 def _tight_at_factor(graph, cluster, config, one_device_peak: float) -> bool:
-    """Whether ``cluster`` would run the up direction for some gap: the one-device peak above some
-    device's memory x factor, and no canonical caps there (the caller checked the graph's size)."""
+    """Whether ``cluster`` is eligible for the up direction (module docstring): the one-device peak
+    above some device's memory x factor, and no canonical caps there (the caller checked the rest)."""
     looser = cluster.with_memory_bytes(cluster.memory_bytes * config.loose_memory_factor)
     return one_device_peak > looser.memory_bytes.min() and not canonical_caps_bytes(graph, looser, config,
                                                                                      one_device_peak)
