@@ -39,14 +39,15 @@ if TYPE_CHECKING:
     from devplace.portfolio.sim_search.config import SearchConfig
 
 
-def canonical_caps_bytes(graph, cluster, config: SearchConfig) -> list[float]:
-    """``canonical_caps`` x the one-device peak, or [] where they are off, the graph has fewer than
-    ``canonical_cap_min_ops`` ops or is too large for every extra round, or some device holds less
-    than the largest cap."""
+def canonical_caps_bytes(graph, cluster, config: SearchConfig, peak_bytes: float | None = None) -> list[float]:
+    """``canonical_caps`` x the one-device peak (``peak_bytes`` if the caller has it), or [] where
+    they are off, the graph has fewer than ``canonical_cap_min_ops`` ops or is too large for every
+    extra round, or some device holds less than the largest cap."""
     if not config.canonical_caps or cluster.n_devices < 2 or graph.n_ops < config.canonical_cap_min_ops \
             or not config.gets_every_extra_round(graph.n_ops):
         return []
-    peak_bytes = one_device_peak_bytes(Simulator(graph, cluster))
+    if peak_bytes is None:
+        peak_bytes = one_device_peak_bytes(Simulator(graph, cluster))
     caps_bytes = [fraction * peak_bytes for fraction in config.canonical_caps]
     return caps_bytes if (cluster.memory_bytes >= max(caps_bytes)).all() else []
 

@@ -114,18 +114,21 @@ class SearchConfig:
                                      "30%: the descent from the best ends after 5,416)")
     branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
                                     "grad_block_rounds (and within grad_block_behind past max_rounds)")
-    loose_memory_factor: float = option(1.0, "opt-in looser-memory track (last, while the gap is wide, where the "
-                                             "one-device peak does not fit): the search's rounds on devices with this "
-                                             "x their memory (capped by that peak), its best repaired into the real "
-                                             "memory and annealed from there; <= 1: none. Off by default: at 2.0 it "
-                                             "costs about a search more (30%, seed 0: Transformer 419.0 -> 411.3 ms "
-                                             "at 1.81x the evals, GNMT 233.5 -> 225.7 ms at 2.7x, Inception-V3 and "
-                                             "ResNet-50 no gain)")
+    loose_memory_factor: float = option(2.0, "the looser-memory track (last, where the memory / this and the memory "
+                                             "would not hold the one-device peak; loose_memory.py): up, the search "
+                                             "with this x the memory repaired into it and annealed (while the gap is "
+                                             "wide, up to loose_memory_max_gap); down, the best repaired into the "
+                                             "memory / this, so a memory offers what its fraction's up track does; "
+                                             "each only where the placement repaired is within target_gap of that "
+                                             "memory's bound; <= 1: none. 2 keeps memories exact")
+    loose_memory_max_gap: float = option(0.15, "the up track's search (a search more: Transformer at 30% 1.8x the "
+                                               "evals) runs only while best / bound - 1 is at most this: the looser "
+                                               "searches end 1.6-7% below the tight ones on the zoo")
     loose_memory_rounds: int = option(4, "annealing rounds from the repaired looser-memory best, each from that "
                                          "track's best (0: no track)")
     loose_memory_start_behind: float = option(0.25, "no looser-memory rounds from a repaired start slower than the "
-                                                    "best found x (1 + this) (ResNet-50 at 30%: 429.1 ms with twice "
-                                                    "the memory, 1,209.8 ms repaired, 758.9 ms after 4 rounds)")
+                                                    "placement it was repaired from x (1 + this) (ResNet-50 at 30%: "
+                                                    "429.1 ms with twice the memory, 1,209.8 ms repaired)")
     loose_memory_repair_candidates: int = option(24, "repair proposals measured per step when the looser-memory best "
                                                      "is repaired, the fastest that lowers the overflow taken (1: the "
                                                      "first that lowers (overflow, step time), as for the starts)")
