@@ -114,6 +114,13 @@ class SearchConfig:
                                      "30%: the descent from the best ends after 5,416)")
     branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
                                     "grad_block_rounds (and within grad_block_behind past max_rounds)")
+    stage_plans: int = option(24, "folded stage plans simulated (after the branch track, where the step's saved "
+                                  "activations exceed what all devices but one hold: of the zoo at 30% only "
+                                  "ResNet-50), cheapest first; 0: no track")
+    stage_candidates: int = option(48, "candidate boundaries of the folded stage plans: the cheapest in each of this "
+                                       "many windows of equal held bytes")
+    stage_rounds: int = option(16, "annealing rounds from the fastest folded stage plan at most, as "
+                                   "grad_block_rounds (and within grad_block_behind past max_rounds)")
     loose_memory_factor: float = option(1.0, "opt-in looser-memory track (last, while the gap is wide, where the "
                                              "one-device peak does not fit): the search's rounds on devices with this "
                                              "x their memory (capped by that peak), its best repaired into the real "
