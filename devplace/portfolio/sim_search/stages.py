@@ -13,8 +13,7 @@ Plans (``stage_plans``): the boundaries between the leader units in step order (
 with its backward and update ops, as the cheapest-cut starts), each costing the transfer time of
 what crosses it both ways (``starts.step_cuts``), thinned to the cheapest boundary of each of
 ``stage_candidates`` windows of equal held bytes. A plan picks n - 1 or n of them (n devices) and a
-device per stage, neighbours on different devices and every device used (devices of equal memory
-interchangeable). A device is at its fullest during one of its stages' backward: the held bytes (persistent
+device per stage, neighbours on different devices and every device used (``device_patterns``). A device is at its fullest during one of its stages' backward: the held bytes (persistent
 bytes and saved activations) of its earlier stages, of that stage's units up to the one running
 and twice the largest gradient that unit makes (``starts.step_cuts``); plans
 whose devices need at most their memory are taken cheapest first (then the one whose fullest
@@ -54,20 +53,23 @@ HOW = "folded stage start"
 
 
 def device_patterns(memory_bytes: np.ndarray, stages: int) -> list[tuple[int, ...]]:
-    """Each stage's device: neighbours on different devices, every device used; two patterns that
-    differ only by swapping devices of equal memory give the same plans, so only the first is kept."""
+    """Each stage's device, for ``stages`` = n (one stage a device) or n + 1 (one device holds two
+    stages that are not neighbours), n devices: devices take stages in order of their memory,
+    largest first, the repeated one on a stage of its own choosing; so the plans stay few on any
+    cluster (n (n - 1) / 2 patterns of n + 1 stages), and devices of equal memory need no other order."""
     n_dev = len(memory_bytes)
-    _, kind = np.unique(memory_bytes, return_inverse=True)
-    seen, patterns = set(), []
-    for pattern in itertools.product(range(n_dev), repeat=stages):
-        if len(set(pattern)) < n_dev or any(a == b for a, b in zip(pattern[:-1], pattern[1:])):
-            continue
-        # the pattern up to renaming devices of one kind: each device by its kind and first stage
-        first = {d: pattern.index(d) for d in pattern}
-        key = tuple((int(kind[d]), first[d]) for d in pattern)
-        if key not in seen:
-            seen.add(key)
-            patterns.append(pattern)
+    by_memory = [int(d) for d in np.argsort(-np.asarray(memory_bytes), kind="stable")]
+    if stages == n_dev:
+        return [tuple(by_memory)]
+    if stages != n_dev + 1:
+        raise ValueError(f"plans have {n_dev} or {n_dev + 1} stages on {n_dev} devices, not {stages}")
+    patterns = []
+    for again in range(2, stages):          # the stage that goes back to an earlier stage's device
+        rest = by_memory[:again] + [None] + by_memory[again:]
+        for earlier in range(again - 1):    # not its neighbour
+            pattern = list(rest)
+            pattern[again] = by_memory[earlier]
+            patterns.append(tuple(pattern))
     return patterns
 
 
