@@ -41,11 +41,12 @@ So this placer
    descends over maps of *branches* (a branch's forward ops with their backward ops and
    weights, apart from its layer) from the best and anneals from its end (``branches.py``; 30%
    memory, seed 0: NASNet 120.5 -> 114.5 ms, Inception-V3 235.0 -> 233.5 ms);
-8. then, where the step's saved activations need every device (they exceed what all devices but
-   one hold), cuts the step into stages where little crosses, one device holding two stages that
-   are not neighbours (the stem's heavy activations with the light last layers), simulates the
-   cheapest plans and anneals from the fastest that fits (``stages.py``; ResNet-50 at 30% memory,
-   seed 0: 531.2 -> 528.1 ms at 1.5x the evaluations);
+8. then, if asked (``stage_plans`` > 0), where the step's saved activations need every device
+   (they exceed what all devices but one hold), cuts the step into stages where little crosses,
+   one device holding two stages that are not neighbours (the stem's heavy activations with the
+   light last layers), simulates the cheapest plans and anneals from the fastest that fits
+   (``stages.py``; ResNet-50 at 30% memory: 531.2 -> 528.1 ms at seed 0, no gain at seeds 1-2,
+   1.5x the evaluations);
 9. last, if asked (``loose_memory_factor`` > 1), where memory is tight and the gap still wide,
    runs the search's rounds with more memory, repairs its best into the real memory and anneals
    from there (``loose_memory.py``; 30% memory, factor 2, seed 0: Transformer 419.0 -> 411.3 ms,
