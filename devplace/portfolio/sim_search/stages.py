@@ -6,32 +6,36 @@ A convolutional net saves most of its activation bytes in its first layers (ResN
 layers: 0.36 GiB). On four GPUs of 2.4 GiB every GPU must hold a stage, and a pipeline of
 consecutive stages must then cut inside the 56x56 layers twice, where the residual tensor is 196
 MiB (36 ms each way at 5.70 GB/s). Putting the stem on the GPU of the last, light stage needs one
-such cut and a 49 MiB one after the stem's max pool instead. sim-search's other starts are
+such cut and a cheap one near the stem's max pool (49 MiB tensors) instead. sim-search's other starts are
 consecutive stages, and its moves take a unit or a run of units, so none reaches this layout.
 
 Plans (``stage_plans``): the boundaries between the leader units in step order (a forward op
 with its backward and update ops, as the cheapest-cut starts), each costing the transfer time of
 what crosses it both ways (``starts.step_cuts``), thinned to the cheapest boundary of each of
-``stage_candidates`` windows of equal held bytes. A plan picks n - 1 or n of them (n devices) and a
-device per stage, neighbours on different devices and every device used (``device_patterns``). A device is at its fullest during one of its stages' backward: the held bytes (persistent
-bytes and saved activations) of its earlier stages, of that stage's units up to the one running
-and twice the largest gradient that unit makes (``starts.step_cuts``); plans
-whose devices need at most their memory are taken cheapest first (then the one whose fullest
-device is least full), and the first ``stage_plans`` are simulated in the search's orders. From
-the fastest that fits, annealing rounds run as for the coarse MIP start (``anneal._track_rounds``).
+``stage_candidates`` windows of equal held bytes. A plan picks n - 1 or n of them (n devices) and
+a device per stage, neighbours on different devices and every device used (``device_patterns``).
+A device is at its fullest during one of its stages' backward: the held bytes (persistent bytes
+and saved activations) of its earlier stages, of that stage's units up to the one running and
+twice the largest gradient that unit makes (``starts.step_cuts``). Plans whose devices need at
+most their memory are taken cheapest first (then the one whose fullest device is least full),
+and the first ``stage_plans`` are simulated in the search's orders. From the fastest that fits,
+annealing rounds run as for the coarse MIP start (``anneal._track_rounds``).
 
 On ResNet-50 at 30% memory, counting saved activations alone, four consecutive stages could cut
-the 56x56 layers once (145.7 ms of crossing); with the backward's gradients there (2 x 196 MiB)
-the consecutive plans that fit cut them twice (208.9 ms), the folded ones once (155.0-164.1 ms).
-The fastest folded plan that fits simulates at 542.8 ms, and the track ends at 528.1 ms against
-531.2 without it at seed 0 (16 rounds, 1.5x the evaluations; ``benchmarks/folded_stages.py``); at
-seeds 1 and 2 it ends 0.9% and 0.6% behind the best found before it, and with 4 rounds at seed 0
-too. So it is opt-in (``stage_plans``, 0 by default; 24 gives these figures).
+the 56x56 layers once (145.7 ms of crossing, but two GPUs end 0.17-0.21 GiB over: gradients and
+received copies). With the backward's gradients in the estimate the cheapest consecutive plan
+cuts them twice (208.9 ms, and is still 0.17-0.19 GiB over in simulation); the folded plans cut
+them once (155.0-178.1 ms). The fastest folded plan that fits simulates at 542.8 ms, and the
+track ends at 528.1 ms against 531.2 without it at seed 0 (16 rounds, 1.5x the evaluations;
+``benchmarks/folded_stages.py``); at seeds 1 and 2 it ends 0.9% and 0.6% behind the best found
+before it, and with 4 rounds at seed 0 too. So it is opt-in (``stage_plans``, 0 by default; 24
+gives these figures).
 
-When asked, the track runs after the branch track, where memory is tight, the gap still wide and the step's held bytes exceed
-what all devices but one hold (so every device must hold saved activations; of the zoo at 30%
-memory only ResNet-50: 8.06 GiB against 3 x 2.4; the Transformer 5.73, Inception-V3 4.32). It
-only offers placements faster than the best, so it never makes the result slower.
+When asked, the track runs after the branch track, where memory is tight, the gap still wide and
+the step's held bytes exceed what all devices but one hold (so every device must hold saved
+activations; of the zoo at 30% memory only ResNet-50: 8.06 GiB against 3 x 2.4; the Transformer
+5.73, Inception-V3 4.32). It only offers placements faster than the best, so it never makes the
+result slower.
 """
 
 from __future__ import annotations
