@@ -41,13 +41,7 @@ So this placer
    descends over maps of *branches* (a branch's forward ops with their backward ops and
    weights, apart from its layer) from the best and anneals from its end (``branches.py``; 30%
    memory, seed 0: NASNet 120.5 -> 114.5 ms, Inception-V3 235.0 -> 233.5 ms);
-8. then, if asked (``stage_plans`` > 0), where the step's saved activations need every device
-   (they exceed what all devices but one hold), cuts the step into stages where little crosses,
-   one device holding two stages that are not neighbours (the stem's heavy activations with the
-   light last layers), simulates the cheapest plans and anneals from the fastest that fits
-   (``stages.py``; ResNet-50 at 30% memory: 531.2 -> 528.1 ms at seed 0, no gain at seeds 1-2,
-   1.5x the evaluations);
-9. last, where memory is tight (``loose_memory.py``), the looser-memory track: while the gap is a
+8. last, where memory is tight (``loose_memory.py``), the looser-memory track: while the gap is a
    little above the target, the search runs with twice the memory, and its best, where it is
    within the target of this memory's bound, is repaired into this memory and annealed; and this
    search's best goes the same way into half the memory, so every memory offers what half of it
@@ -133,7 +127,6 @@ from devplace.portfolio.sim_search.recurrence import _recurrence_rounds
 from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
-from devplace.portfolio.sim_search.stages import _stage_rounds
 from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts
 
 
@@ -167,7 +160,6 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _gradient_block_rounds(search, bound_us if nominal else None)
     _recurrence_rounds(search, bound_us if nominal else None)
     _branch_rounds(search, bound_us if nominal else None)
-    _stage_rounds(search, bound_us if nominal else None)
     _loose_memory_rounds(search, bound_us if nominal else None)
     if search.best[0] <= search.closed_us:
         stopped_by = "bound"
@@ -185,7 +177,6 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
                  "seed_results": search.seed_report, "repair": search.repair_report,
                  "coarse_mip": search.coarse_mip_report, "grad_blocks": search.grad_block_report,
                  "recurrence": search.recurrence_report, "branches": search.branch_report,
-                 "stages": search.stage_report,
                  "loose_memory": search.loose_memory_report,
                  "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},

@@ -114,14 +114,6 @@ class SearchConfig:
                                      "30%: the descent from the best ends after 5,416)")
     branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
                                     "grad_block_rounds (and within grad_block_behind past max_rounds)")
-    stage_plans: int = option(0, "opt-in folded stage track (after the branch track, where the step's saved activations "
-                                 "exceed what all devices but one hold: of the zoo at 30% only ResNet-50): this many "
-                                 "plans simulated, cheapest first; 0: none. Off by default: at 24, ResNet-50 at 30% "
-                                 "gives 531.2 -> 528.1 ms at seed 0 and no gain at seeds 1-2, for 1.5x the evaluations")
-    stage_candidates: int = option(48, "candidate boundaries of the folded stage plans: the cheapest in each of this "
-                                       "many windows of equal held bytes")
-    stage_rounds: int = option(16, "annealing rounds from the fastest folded stage plan at most, as "
-                                   "grad_block_rounds (and within grad_block_behind past max_rounds)")
     loose_memory_factor: float = option(2.0, "the looser-memory track (last, where the memory / this and the memory "
                                              "would not hold the one-device peak; loose_memory.py): up, the search "
                                              "with this x the memory repaired into it and annealed (while the gap is "

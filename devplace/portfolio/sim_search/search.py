@@ -80,7 +80,6 @@ class _Search:
         self.grad_block_report: dict = {}
         self.recurrence_report: dict = {}
         self.branch_report: dict = {}
-        self.stage_report: dict = {}
         self.loose_memory_report: dict = {}
         self.virtual_rounds: list[dict] = []   # per round under a virtual cap: the cap, its start, the best after
         self.seed_report: dict[str, float | str] = {}

@@ -148,8 +148,14 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
     graph, cluster, units = search.graph, search.cluster, search.leaders
     if not search.config.pipeline_starts or search.n_dev < 2 or units.n_units < 2:
         return
-    n = units.n_units
-    position, crossing, unit_bytes, gradient = step_cuts(search)
+    n, fine = units.n_units, search.fine
+    # a colocation group sits whole at its earliest member's unit (a weight's optimizer state,
+    # first read by its update at the end of the step, goes with the weight)
+    earliest = np.full(fine.n_units, n, np.int64)
+    np.minimum.at(earliest, fine.unit_of, units.unit_of)
+    position = earliest[fine.unit_of]
+    edge_us = mean_edge_us(graph, cluster)
+    crossing = _crossing(graph, position, edge_us, n) + _crossing(graph, n - 1 - position, edge_us, n)[::-1]
     # bytes a stage receives and holds: at its first boundary the activations a backward op reads
     # (kept until then; those only forward ops read die at once), at its last the gradients
     forward = _crossing(graph, position, np.where(read_later(graph), graph.edge_bytes, 0.0), n)
@@ -157,7 +163,13 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
     windows = np.array_split(np.arange(1, n), min(candidates, n - 1))
     keep = [int(w[np.argmin(crossing[w])]) for w in windows]     # the cheapest boundary of each window
     cuts = np.concatenate([[0], keep, [n]])
+    unit_bytes = np.bincount(position, weights=held_bytes(graph), minlength=n)
     held = np.concatenate([[0.0], np.cumsum(unit_bytes)])[cuts]
+    # a stage's backward runs its units last to first, each freeing its activations: at unit u it
+    # holds the activations of its units up to u plus the gradient u makes and the one it reads
+    gradient = np.zeros(n)
+    backward = graph.role == Role.BACKWARD
+    np.maximum.at(gradient, position[backward], 2.0 * graph.output_bytes[backward])
     top = np.concatenate([[0.0], np.maximum.reduceat(np.cumsum(unit_bytes) + gradient, cuts[:-1])])
     largest = np.argsort(-cluster.memory_bytes, kind="stable")
     for stages in range(2, search.n_dev + 1):
@@ -196,29 +208,6 @@ def _cheap_cut_starts(search: _Search, candidates: int = 2048) -> None:
         if not search.virtual:      # they do not depend on the memory: planned once
             _balanced_cuts(search, stage_path, most_bytes, lambda path: on_devices(_stages_of(path, cuts, n)),
                            capacity, stages)
-
-
-def step_cuts(search: _Search) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The step as a line of leader units (a forward op with its backward and update ops, in step
-    order) and what cutting it costs: per op, its unit (a colocation group sits whole at its
-    earliest member's unit: a weight's optimizer state, first read by its update at the end of the
-    step, goes with the weight); per boundary k (between units k - 1 and k), the mean transfer
-    time of what crosses it forward and back (``_crossing``); per unit, its ``held_bytes``; and per
-    unit, twice the largest gradient it makes (a stage's backward runs its units last to first,
-    each freeing its activations: at unit u it holds the activations of its units up to u plus the
-    gradient u makes and the one it reads)."""
-    graph, units, fine = search.graph, search.leaders, search.fine
-    n = units.n_units
-    earliest = np.full(fine.n_units, n, np.int64)
-    np.minimum.at(earliest, fine.unit_of, units.unit_of)
-    position = earliest[fine.unit_of]
-    edge_us = mean_edge_us(graph, search.cluster)
-    crossing = _crossing(graph, position, edge_us, n) + _crossing(graph, n - 1 - position, edge_us, n)[::-1]
-    unit_bytes = np.bincount(position, weights=held_bytes(graph), minlength=n)
-    gradient = np.zeros(n)
-    backward = graph.role == Role.BACKWARD
-    np.maximum.at(gradient, position[backward], 2.0 * graph.output_bytes[backward])
-    return position, crossing, unit_bytes, gradient
 
 
 def _stages_of(path: list[int], cuts: np.ndarray, n: int) -> np.ndarray:
