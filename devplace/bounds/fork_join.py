@@ -7,13 +7,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from devplace.bounds.channel_window import channel_window_us
-
 MAX_REGION_OPS = 400     # a join whose region holds more ops gets no window (it only costs time)
 
 
 def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: np.ndarray, head_us: np.ndarray,
-                      tail_us: np.ndarray, comm_model: int = -1):
+                      tail_us: np.ndarray):
     """Per op v, (H_v, G_v): a least start time and a least time from its finish to the step's
     end, once each join j waits, after its fork f finishes, for a *window* X(f, j) that charges
     the ops between them for running side by side (p: fastest time incl. op gap).
@@ -75,16 +73,16 @@ def fork_join_windows(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_
     cut = np.ascontiguousarray(cut_us, dtype=np.float64)
     head = _window_heads(graph.topo_order, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.succ_ptr,
                          graph.succ_edge, graph.edge_dst, p, cut, forced_cut,
-                         np.ascontiguousarray(head_us, dtype=np.float64), MAX_REGION_OPS, comm_model, False)
+                         np.ascontiguousarray(head_us, dtype=np.float64), MAX_REGION_OPS)
     tail = _window_heads(graph.topo_order[::-1].copy(), graph.succ_ptr, graph.succ_edge, graph.edge_dst,
                          graph.pred_ptr, graph.pred_edge, graph.edge_src, p, cut, forced_cut,
-                         np.ascontiguousarray(tail_us, dtype=np.float64), MAX_REGION_OPS, comm_model, True)
+                         np.ascontiguousarray(tail_us, dtype=np.float64), MAX_REGION_OPS)
     return head, tail
 
 
 @njit(cache=True)
 def _window_heads(order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst, time_us, cut_us, forced_cut,
-                  floor_us, max_region, comm_model, reverse):
+                  floor_us, max_region):
     """H of ``fork_join_windows`` per op (G on the reversed graph)."""
     n = time_us.shape[0]
     rank = np.empty(n, np.int64)
@@ -116,7 +114,6 @@ def _window_heads(order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edg
     e_us, q_us = np.zeros(n), np.zeros(n)
     in_us, out_us = np.zeros(n), np.zeros(n)
     least, path_us, path_cut = np.zeros(n), np.zeros(n), np.zeros(n)     # scratch of ``_from_end``
-    label = np.zeros(n, np.int64)          # scratch of ``channel_window_us``
     for j in order:
         best = head[j]
         fork = -2                          # -2: no parent-tree predecessor yet
@@ -145,7 +142,7 @@ def _window_heads(order, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edg
             if m > 0:
                 best = max(best, head[fork] + time_us[fork] + _window_us(
                     fork, j, region[:m], inside, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst,
-                    time_us, cut_us, e_us, q_us, in_us, out_us, least, path_us, path_cut, comm_model, reverse, label))
+                    time_us, cut_us, e_us, q_us, in_us, out_us, least, path_us, path_cut))
         head[j] = best
     return head
 
@@ -229,7 +226,7 @@ def _from_end(end, j, ops, inside, adj_ptr, adj_edge, edge_other, time_us, cut_u
 
 @njit(cache=True)
 def _window_us(f, j, region, inside, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst, time_us, cut_us,
-               e_us, q_us, in_us, out_us, least, path_us, path_cut, comm_model, reverse, label):
+               e_us, q_us, in_us, out_us, least, path_us, path_cut):
     """X(f, j) of ``fork_join_us`` over ``region`` (in topological order)."""
     m = region.shape[0]
     _from_end(f, j, region, inside, pred_ptr, pred_edge, edge_src, time_us, cut_us, e_us, least, path_us, path_cut,
@@ -257,6 +254,4 @@ def _window_us(f, j, region, inside, pred_ptr, pred_edge, edge_src, succ_ptr, su
         apart = min(apart, max(threshold, split))
         if t < m:
             forced += work[ranked[t]]
-    queued_together, queued_apart = channel_window_us(f, j, region, inside, key, pred_ptr, pred_edge, edge_src, succ_ptr,
-                                                      succ_edge, edge_dst, time_us, cut_us, comm_model, reverse, label)
-    return min(max(together, queued_together), max(apart, crossing, queued_apart))
+    return min(together, max(apart, crossing))

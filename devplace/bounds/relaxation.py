@@ -61,15 +61,14 @@ def relaxation(graph, cluster) -> Relaxation:
     together = (unit_bytes[src_unit] + unit_bytes[dst_unit])[:, None] <= capacity[None, :]
     together &= allowed[src_unit] & allowed[dst_unit]
     forced_cut = (src_unit != dst_unit) & ~together.any(axis=1)
-    head_us, tail_us = windows_us(graph, fastest_us, cut_us, forced_cut, cluster.comm_model_code)
+    head_us, tail_us = windows_us(graph, fastest_us, cut_us, forced_cut)
     return Relaxation(time_us, unit, unit_bytes, allowed, footprint, fastest_us, cut_us, forced_cut, head_us, tail_us)
 
 
-def windows_us(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: np.ndarray, comm_model: int = -1) -> tuple:
+def windows_us(graph, fastest_us: np.ndarray, cut_us: np.ndarray, forced_cut: np.ndarray) -> tuple:
     """Per op, the head and tail every path bound reads, with the ``forced_cut`` edges always cut:
     ``comm_windows``, raised by ``fork_join_windows``."""
-    return fork_join_windows(graph, fastest_us, cut_us, forced_cut, *comm_windows(graph, fastest_us, cut_us, forced_cut),
-                             comm_model)
+    return fork_join_windows(graph, fastest_us, cut_us, forced_cut, *comm_windows(graph, fastest_us, cut_us, forced_cut))
 
 
 def _cheapest_transfer_us(graph, cluster, may_src: np.ndarray, may_dst: np.ndarray) -> np.ndarray:
