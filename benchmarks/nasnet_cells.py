@@ -4,7 +4,7 @@
 memory, the cluster's comm_model replaced by MODEL (``sequential``, ``duplex``, ``parallel``) or ``free``
 (sequential with latency 0 and 10^4 x the bandwidth: what the search finds when crossings cost nothing).
 Writes the step, the same devices and priority simulated under ``sequential``, evals, UTC and load, devices
-and priority to OUT (JSON, atomically).
+and priority to OUT (JSON, atomically). ``--max-evals`` sets sim-search's evals per round (2,000).
 
 ``cells START OUT``: the cell greedy at 30% (``sequential``). The cells are the forks of the forward pass
 into ``--min-branches`` or more branches (``sim_search.branches``: a fork and its immediate
@@ -77,13 +77,13 @@ def _cluster(model: str, fraction: float):
     return dataclasses.replace(cluster, comm_model=model)
 
 
-def search(model: str, fraction: float, seed: int, out: str) -> None:
+def search(model: str, fraction: float, seed: int, out: str, options: dict) -> None:
     graph, cluster = cached_graph("zoo:nasnet"), _cluster(model, fraction)
     began, t0 = _when(), time.perf_counter()
-    p = dp.place(graph, cluster, algo="sim-search", seed=seed)
+    p = dp.place(graph, cluster, algo="sim-search", seed=seed, **options)
     result = dp.simulate(graph, cluster, p)
     sequential = dp.simulate(graph, _cluster("sequential", fraction), p)
-    row = dict(model=model, fraction=fraction, seed=seed, step_ms=result.step_time_us / 1e3, fits=bool(result.fits),
+    row = dict(model=model, fraction=fraction, seed=seed, options=options, step_ms=result.step_time_us / 1e3, fits=bool(result.fits),
                sequential_ms=sequential.step_time_us / 1e3, sequential_fits=bool(sequential.fits),
                evals=p.options["evals"], bound_ms=p.options["lower_bound_us"] / 1e3, found_by=p.options["found_by"],
                s=round(time.perf_counter() - t0, 1), utc_load=[began, _when()], devices=p.devices.tolist(),
@@ -312,6 +312,7 @@ def main() -> None:
     one.add_argument("fraction", type=float)
     one.add_argument("seed", type=int)
     one.add_argument("out")
+    one.add_argument("--max-evals", type=int, help="sim-search's max_evals (simulator calls per annealing round)")
     two = sub.add_parser("cells")
     two.add_argument("start")
     two.add_argument("out")
@@ -325,7 +326,8 @@ def main() -> None:
     three.add_argument("--all-in-turn", action="store_true", help="charge each window all its work (a ceiling of any charge)")
     args = parser.parse_args()
     if args.what == "search":
-        search(args.model, args.fraction, args.seed, args.out)
+        search(args.model, args.fraction, args.seed, args.out,
+               {} if args.max_evals is None else {"max_evals": args.max_evals})
     elif args.what == "cells":
         cells(args.start, args.out, args.min_branches, args.second, args.own, args.sweeps, args.rounds)
     else:
