@@ -2,7 +2,8 @@
 
 ``search MODEL FRACTION SEED OUT``: sim-search (defaults) on zoo:nasnet, ``baechi-4x2080`` at FRACTION of its
 memory, the cluster's comm_model replaced by MODEL (``sequential``, ``duplex``, ``parallel``) or ``free``
-(sequential with latency 0 and 10^4 x the bandwidth: what the search finds when crossings cost nothing).
+(sequential with latency 0 and 10^4 x the bandwidth: what the search finds when crossings cost nothing)
+or ``no-latency`` (sequential, latency 0, the bandwidth as it is).
 Writes the step, the same devices and priority simulated under ``sequential``, evals, UTC and load, devices
 and priority to OUT (JSON, atomically). ``--max-evals`` sets sim-search's evals per round (2,000).
 
@@ -74,6 +75,8 @@ def _cluster(model: str, fraction: float):
     if model == "free":
         return dataclasses.replace(cluster, latency_us=np.zeros_like(cluster.latency_us),
                                    bandwidth_bytes_per_us=cluster.bandwidth_bytes_per_us * 1e4)
+    if model == "no-latency":
+        return dataclasses.replace(cluster, latency_us=np.zeros_like(cluster.latency_us))
     return dataclasses.replace(cluster, comm_model=model)
 
 
@@ -308,7 +311,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     one = sub.add_parser("search")
-    one.add_argument("model", choices=("sequential", "duplex", "parallel", "free"))
+    one.add_argument("model", choices=("sequential", "duplex", "parallel", "free", "no-latency"))
     one.add_argument("fraction", type=float)
     one.add_argument("seed", type=int)
     one.add_argument("out")
