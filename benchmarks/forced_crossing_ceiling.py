@@ -11,8 +11,8 @@ P is the critical path ``turn_cut_us`` reads, x = o_q its turn probe. Three meas
   (earlier) P op o_j: o_j on the first run's device d means a second cut between a and j; o_j off d means
   every path from a first-run op o_i to o_j crosses, so start(o_j) >= finish(o_i) + lambda(o_i, o_j),
   lambda the largest over paths of their inner ops' fastest times plus their least cut cost. The value is
-  the lesser case (at least ``turn_cut_us``'s own); then ``turn_cut_us``'s staircase, with every able edge
-  valued (no pass limit).
+  the lesser case (at least ``turn_cut_us``'s own); then the staircase of each side alone (the first
+  cut without ``turn_cut_us``'s pairs), with every able edge valued (no pass limit).
 - *regions*: the turn's items made in anc(o_end) for a few ends on P: on P by output bytes, on P by
   ``turn_cut_us``'s whole-tensor rule, off P by output bytes.
 - *backward runs*: the turn's last-run argument taken at every backward instant, not only at s. A run of P
