@@ -1000,22 +1000,29 @@ def test_a_branch_behind_a_free_ordering_edge_pays_its_data_path_cut_to_leave():
     assert max(bounds[name] for name in ("critical_path_us", "memory_path_us", "turn_path_us", "work_us")) == 125.0
 
 
-def saved_step_instance(seed: int, n_layers: int = 3, n_devices: int = 2):
+def saved_step_instance(seed: int, n_layers: int = 3, n_devices: int = 2, small_messages: bool = False):
     """A tiny training step whose saved outputs cross as whole tensors: forward ops f0..f(n-1), a
     loss, backward ops b(n-1)..b0, f_i's 2-5 MiB output sent whole to f(i+1) and saved for b_i, on
-    devices of 6-10 MiB and links of 2e4-1e5 bytes/us, so holding, moving and cutting all cost."""
+    devices of 6-10 MiB and links of 2e4-1e5 bytes/us, so holding, moving and cutting all cost.
+    ``small_messages``: each forward output sent whole or as a 1-99 KB message, saved whole or as a
+    1 KB message (a layer that keeps its statistics, not its output, for the backward), backward
+    gradients of 0-2 MiB, and devices of 6-12 MiB."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder(["gpu"])
     names = [f"f{i}" for i in range(n_layers)] + ["loss"] + [f"b{i}" for i in reversed(range(n_layers))]
     out = {}
     for name in names:
-        out[name] = float(rng.integers(2, 6)) * MIB if name[0] == "f" else 0.0
+        if name[0] == "f":
+            out[name] = float(rng.integers(2, 6)) * MIB
+        else:
+            out[name] = float(rng.integers(0, 3)) * MIB if small_messages and name[0] == "b" else 0.0
         b.add_op(name, compute_us=float(rng.integers(5, 60)), output_bytes=out[name])
     for a, c in zip(names, names[1:]):
-        b.add_edge(a, c, bytes=out[a] or float(rng.integers(1, 100)) * 1e3)
+        whole = out[a] > 0 and (not small_messages or rng.random() < 0.6)
+        b.add_edge(a, c, bytes=out[a] if whole else float(rng.integers(1, 100)) * 1e3)
     for i in range(n_layers):
-        b.add_edge(f"f{i}", f"b{i}", bytes=out[f"f{i}"])
-    memory = float(rng.choice([6, 8, 10])) * MIB
+        b.add_edge(f"f{i}", f"b{i}", bytes=out[f"f{i}"] if not small_messages or rng.random() < 0.6 else 1e3)
+    memory = float(rng.choice([6, 8, 10, 12] if small_messages else [6, 8, 10])) * MIB
     bandwidth = float(rng.choice([2e4, 5e4, 1e5]))
     return b.build(), identical_cluster(rng, n_devices, memory, max_latency_us=10, bandwidth=bandwidth, op_gap_us=2.0)
 
@@ -1049,6 +1056,27 @@ def test_the_turn_cut_bound_charges_the_first_cut_the_turn_forces():
     assert max(bounds[name] for name in BOUND_NAMES if name != "turn_cut_us") < 80.0
     assert bounds["turn_cut_us"] == pytest.approx(540.0) == bounds["best_us"]
     assert 540.0 < brute_force(graph, cluster) < np.inf
+
+
+def test_the_turn_cut_bound_never_exceeds_the_brute_force_optimum_of_steps_with_small_messages():
+    raised = raised_above(lambda seed: saved_step_instance(seed, small_messages=True), range(40), "turn_cut_us",
+                          lambda b: max(b[name] for name in BOUND_NAMES if name != "turn_cut_us"),
+                          n_orders=1, tolerance=1e-9)
+    assert raised >= 3, raised      # measured: 3 of 40 (seeds 22, 31, 39), 2 without the first cut's pairs
+
+
+def test_the_turn_cut_bound_pairs_the_first_cut_with_the_run_of_the_last_reader():
+    """Seed 39: P is f0 f1 f2 loss b2 b1 b0 on two 10 MiB devices, one channel each at 20,000
+    bytes/us; f0 (5 MiB) and f2 (5 MiB) are saved whole, f1 (2 MiB) as well. The turn holds 12
+    MiB, so P's first cut falls at f0 -> f1 (267 us) or f1 -> f2 (5.75 us), the cheaper giving
+    250.75 us. With no later cut before b0, the run f2..b0 would read f0's and f1's outputs on the
+    other device: 7 MiB through f0's channel, 367 us, more than any step below the need (265.9 us).
+    So P cuts again before b0, at best at f2 -> loss (6.8 us): 251.8 us."""
+    graph, cluster = saved_step_instance(39, small_messages=True)
+    bounds = lower_bounds(graph, cluster)
+    assert max(bounds[name] for name in BOUND_NAMES if name != "turn_cut_us") == pytest.approx(250.75)
+    assert bounds["turn_cut_us"] == pytest.approx(251.8) == bounds["best_us"]
+    assert bounds["turn_cut_us"] <= brute_force(graph, cluster, n_orders=3, seed=39) < np.inf
 
 
 def ordered_join_instance(seed: int, ordered: bool = True):
