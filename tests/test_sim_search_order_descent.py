@@ -2,11 +2,25 @@
 
 import numpy as np
 
+from devplace.cluster import uniform_cluster
+from devplace.graph import GraphBuilder
 from devplace.portfolio.sim_search.config import SearchConfig
 from devplace.portfolio.sim_search.order_descent import HOW, _order_descent, positions
 from devplace.portfolio.sim_search.search import _Search
 from devplace.sim import Simulator
-from test_sim_search_channel_rank import _sender_or_chain
+
+
+def _sender_or_chain():
+    """Device 0 may run X (10 us, then X2 10 us there) or Y (1 us, whose output crosses in 5 us to
+    Z, 13 us on device 1) first: Y first ends the step at 21 us, X, X2, then Y at 39 us."""
+    b = GraphBuilder(["gpu"])
+    for name, us in [("X", 10.0), ("X2", 10.0), ("Y", 1.0), ("Z", 13.0)]:
+        b.add_op(name, compute_us=us)
+    b.add_edge("X", "X2", bytes=4.0)
+    b.add_edge("Y", "Z", bytes=4.0, fixed_us=5.0)
+    graph = b.build()
+    devices = np.array([0 if n != "Z" else 1 for n in graph.names])
+    return graph, uniform_cluster(2, comm_model="sequential"), devices
 
 
 def test_positions_keep_the_order():

@@ -24,8 +24,7 @@ So this placer
    a *layer descent* from its best, the best start and the expert's placement takes the fastest
    whole-layer move each step until none is faster;
 3. every so often re-orders the schedule (upward rank of the current placement, topological, or
-   topological with updates first; under `sequential` channels also the upward rank with transfers
-   charged twice, ``channel_rank.py``).
+   topological with updates first).
 4. last, on graphs of a thousand ops or more while the gap is still wide, solves exact's
    mixed-integer program on the step coarsened to ``coarse_mip_groups`` layer groups and anneals
    ``coarse_mip_rounds`` rounds from its placement (``coarse_mip.py``): a start no local move

@@ -61,10 +61,6 @@ class SearchConfig:
         "(leaders when one co-placement group holds over half the ops)", choices=("coplacement", "leaders", "auto"))
     run_max_units: int = option(16, "longest run of units a run move shifts")
     reorder_every: int = option(100, "evals between tries of other schedule orders")
-    channel_rank_factors: tuple[float, ...] = option(
-        (2.0,), "more schedule orders under `sequential` channels: the upward rank with each transfer charged "
-                "this x its idle-link time (channel_rank.py: such a transfer holds two channels; RNNLM at 30%, "
-                "seeds 0-2: 77.766 / 77.887 / 77.747 -> 77.657 / 77.115 / 77.072 ms; (): none)")
     pipeline_starts: bool = option(True, "try consecutive stages as starts: the forward pass balanced by bytes, and "
                                          "the whole step cut where the least transfer time crosses")
     pipeline_rebalance: int = option(3, "cuts per stage count, each re-weighting a stage by its simulated peak")

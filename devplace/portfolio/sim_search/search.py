@@ -13,7 +13,6 @@ from devplace import progress
 from devplace.graph import Role
 from devplace.placement import Placement
 from devplace.placers._moves import Units, leader_units, sources_late_order, upward_rank_us, with_colocation
-from devplace.portfolio.sim_search.channel_rank import channel_rank_orders
 from devplace.portfolio.sim_search.config import GIB, SearchConfig, log
 from devplace.portfolio.sim_search.layers import interleaved_layers
 from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
@@ -179,7 +178,7 @@ class _Search:
         since an update that waits for the end of the step keeps its gradient's buffer alive (a
         backward op's output dies only after its last reader, the update, has run)."""
         rank = upward_rank_us(self.graph, self.cluster, devices, self.sim.op_time_us)
-        orders = [("topological", None), ("upward rank", -rank)] + channel_rank_orders(self, devices)
+        orders = [("topological", None), ("upward rank", -rank)]
         return orders + ([("updates first", self.updates_first)] if self.updates_first is not None else [])
 
     def pipeline_orders(self) -> list[tuple[str, np.ndarray | None]]:
