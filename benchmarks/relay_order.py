@@ -32,8 +32,11 @@ from duplex_track_by_hand import _when, _write  # noqa: E402
 from reproduce_papers import PRESET, cached_graph  # noqa: E402
 
 
+MEMORY_FRACTION = [0.3]     # --fraction changes it: point 4's runs at 100%
+
+
 def _cluster():
-    return dp.load_cluster(PRESET).with_memory_fraction(0.3)
+    return dp.load_cluster(PRESET).with_memory_fraction(MEMORY_FRACTION[0])
 
 
 def _graph_and_cluster(model: str):
@@ -47,8 +50,9 @@ def _graph_and_cluster(model: str):
 def search(model: str, seed: int, out: str, options: dict) -> None:
     (graph, cluster), began, t0 = _graph_and_cluster(model), _when(), time.perf_counter()
     p = dp.place(graph, cluster, algo="sim-search", seed=seed, **options)
-    _write(dict(model=model, seed=seed, options=options, step_ms=p.options["step_us"] / 1e3, evals=p.options["evals"],
-                how=p.options.get("found_by"), s=time.perf_counter() - t0, utc_load=[began, _when()],
+    _write(dict(model=model, seed=seed, options=options, memory_fraction=MEMORY_FRACTION[0], step_ms=p.options["step_us"] / 1e3, evals=p.options["evals"],
+                how=p.options.get("found_by"), order_descent=p.options.get("order_descent"),
+                s=time.perf_counter() - t0, utc_load=[began, _when()],
                 devices=p.devices.tolist(), priority=None if p.priority is None else p.priority.tolist()), out)
 
 
@@ -145,7 +149,9 @@ if __name__ == "__main__":
     parser.add_argument("--waits", metavar="START")
     parser.add_argument("--order-descent", nargs="+", metavar="START")
     parser.add_argument("--order-descent-evals", type=int, default=None, help="default: the search's")
+    parser.add_argument("--fraction", type=float, default=0.3, help="each GPU's share of its memory for zoo rows")
     args = parser.parse_args()
+    MEMORY_FRACTION[0] = args.fraction
     for start in args.order_descent or []:
         order_descent_by_hand(start, args.order_descent_evals)
     if args.search:
