@@ -41,12 +41,14 @@ So this placer
    descends over maps of *branches* (a branch's forward ops with their backward ops and
    weights, apart from its layer) from the best and anneals from its end (``branches.py``; 30%
    memory, seed 0: NASNet 120.5 -> 114.5 ms, Inception-V3 235.0 -> 233.5 ms);
-8. last, where memory is tight (``loose_memory.py``), the looser-memory track: while the gap is a
+8. then, where memory is tight (``loose_memory.py``), the looser-memory track: while the gap is a
    little above the target, the search runs with twice the memory, and its best, where it is
    within the target of this memory's bound, is repaired into this memory and annealed; and this
    search's best goes the same way into half the memory, so every memory offers what half of it
    gets from the track (30% memory, seed 0: Transformer 419.0 -> 413.2 ms at 1.76x the
-   evaluations).
+   evaluations);
+9. last, while the gap is wide, the order descent: single ops moved in the best's schedule order,
+   its devices fixed (``order_descent.py``; RNNLM at 30% memory, main's best at seed 0: 77.77 -> 77.54 ms).
 
 A candidate is judged by ``Simulator.step_time_us`` and, before it is accepted, by the simulator's
 peak memory against each device's capacity (skipped when even the worst case fits every device).
@@ -123,6 +125,7 @@ from devplace.portfolio.sim_search.layers import (
     _layer_descent_starts, _layer_descents, _layer_search, _layer_search_starts, interleaved_layers,
 )
 from devplace.portfolio.sim_search.loose_memory import _loose_memory_rounds
+from devplace.portfolio.sim_search.order_descent import _order_descent
 from devplace.portfolio.sim_search.recurrence import _recurrence_rounds
 from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
@@ -161,6 +164,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _recurrence_rounds(search, bound_us if nominal else None)
     _branch_rounds(search, bound_us if nominal else None)
     _loose_memory_rounds(search, bound_us if nominal else None)
+    _order_descent(search, bound_us if nominal else None)
     if search.best[0] <= search.closed_us:
         stopped_by = "bound"
     step_us, devices, priority, how = search.best
@@ -177,7 +181,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
                  "seed_results": search.seed_report, "repair": search.repair_report,
                  "coarse_mip": search.coarse_mip_report, "grad_blocks": search.grad_block_report,
                  "recurrence": search.recurrence_report, "branches": search.branch_report,
-                 "loose_memory": search.loose_memory_report,
+                 "loose_memory": search.loose_memory_report, "order_descent": search.order_descent_report,
                  "fine_units": search.fine.n_units,
                  "coarse_units": search.coarse.n_units},
     )

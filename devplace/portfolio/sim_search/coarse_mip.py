@@ -122,8 +122,10 @@ def _coarse_mip_start(search: _Search) -> tuple | None:
         return None
     try:
         # the first incumbent: sim-search's own placement of the pieces (without a coarse start or a
-        # recurrence track or looser-memory track of its own: the pieces of a layer group are no recurrence)
-        nested = dataclasses.replace(config, coarse_mip_groups=0, recurrence_evals=0, loose_memory_factor=1.0)
+        # recurrence track or looser-memory track of its own: the pieces of a layer group are no recurrence;
+        # nor an order descent: the MIP gets its own order)
+        nested = dataclasses.replace(config, coarse_mip_groups=0, recurrence_evals=0, loose_memory_factor=1.0,
+                                     order_descent_evals=0)
         first = place(coarse.graph, cluster, options=nested)
         limits = ExactOptions(time_limit_s=math.inf, max_nodes=config.coarse_mip_nodes)
         solve = solve_mip(coarse.graph, cluster, limits, first)

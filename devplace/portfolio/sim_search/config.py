@@ -132,6 +132,9 @@ class SearchConfig:
     loose_memory_repair_candidates: int = option(24, "repair proposals measured per step when the looser-memory best "
                                                      "is repaired, the fastest that lowers the overflow taken (1: the "
                                                      "first that lowers (overflow, step time), as for the starts)")
+    order_descent_evals: int = option(2000, "simulator calls for the order descent, the last phase while the gap is "
+                                            "wide: single ops moved in the best's schedule order, its devices fixed "
+                                            "(order_descent.py; 0: none)")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
     repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")

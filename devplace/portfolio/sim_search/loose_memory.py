@@ -82,7 +82,9 @@ def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
 
         looser = cluster.with_memory_bytes(memory * factor)
         report["up"] = up = {"memory_gib": [float(m) / GIB for m in looser.memory_bytes]}
-        loose = place(graph, looser, seed=search.seed, options=dataclasses.replace(config, loose_memory_factor=1.0))
+        # no order descent inside: the up track's best is repaired into other devices anyway
+        loose = place(graph, looser, seed=search.seed,
+                      options=dataclasses.replace(config, loose_memory_factor=1.0, order_descent_evals=0))
         search.evals += loose.options["evals"]
         up.update(loose_us=loose.options["step_us"], loose_evals=loose.options["evals"])
         if loose.options["step_us"] <= bound_us * (1.0 + config.target_gap):

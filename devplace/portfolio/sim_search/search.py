@@ -81,6 +81,7 @@ class _Search:
         self.recurrence_report: dict = {}
         self.branch_report: dict = {}
         self.loose_memory_report: dict = {}
+        self.order_descent_report: dict = {}
         self.virtual_rounds: list[dict] = []   # per round under a virtual cap: the cap, its start, the best after
         self.seed_report: dict[str, float | str] = {}
         self.shown_us = math.inf        # the best step time last logged
