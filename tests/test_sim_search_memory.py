@@ -119,3 +119,31 @@ def test_every_memory_above_the_canonical_caps_gives_one_result(zoo_graphs):
     assert len({tuple(p.options["capped_step_us"]) for p in placements}) == 1
     assert len({p.options["step_us"] for p in placements}) == 1
     assert all((p.devices == placements[0].devices).all() for p in placements)
+
+
+def test_every_memory_above_the_large_graph_cap_gives_one_result(zoo_graphs):
+    """On a graph too large for every extra round (forced here by small_graph_op_evals=0) one search
+    runs with the memory cut to large_graph_canonical_cap x the one-device peak (0.5 here), so 0.55 and
+    0.8 x that peak (no one-device placement fits either) give the same placement, and 10 x no slower;
+    without the cap (0) the first two give 1,008.4 and 897.2 us."""
+    graphs, machine = zoo_graphs
+    graph = graphs["zoo:transformer:preset=small"]
+    peak = dp.simulate(graph, machine, [0] * graph.n_ops).peak_memory_bytes[0]
+    options = {"max_evals": 200, "max_rounds": 1, "small_graph_op_evals": 0, "canonical_cap_min_ops": 0,
+               "large_graph_canonical_cap": 0.5, "virtual_caps": (), "layer_descent_evals": 0,
+               "layer_search_evals": 0, "coarse_mip_groups": 0, "grad_block_evals": 0, "recurrence_evals": 0,
+               "branch_evals": 0}
+    clusters = [machine.with_memory_fraction(share_of_peak * peak / machine.memory_bytes[0])
+                for share_of_peak in (0.55, 0.8, 10.0)]
+    placements = [dp.place(graph, cluster, "sim-search", **options) for cluster in clusters]
+    for placement in placements:
+        assert np.array(placement.options["canonical_caps_gib"]) * 2**30 == pytest.approx([0.5 * peak])
+        assert placement.options["rounds"] == 1         # one search of max_rounds rounds, not one more
+    assert len({tuple(p.options["capped_step_us"]) for p in placements}) == 1
+    assert placements[0].options["step_us"] == placements[1].options["step_us"] >= placements[2].options["step_us"]
+    assert (placements[0].devices == placements[1].devices).all()
+    assert (placements[0].priority == placements[1].priority).all()
+    uncapped = [dp.place(graph, cluster, "sim-search", **(options | {"large_graph_canonical_cap": 0.0}))
+                for cluster in clusters[:2]]
+    assert "canonical_caps_gib" not in uncapped[0].options
+    assert uncapped[0].options["step_us"] != uncapped[1].options["step_us"]

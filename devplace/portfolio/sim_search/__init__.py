@@ -81,9 +81,10 @@ fits the devices, so these rounds need no check after; the cap turns the anneali
 moves ample memory allows, and coming last they cannot change the rounds before them (so they
 never make the result slower; on the full-size zoo they take 0-1.6% off). Where every device holds at
 least the largest of ``canonical_caps`` x the one-device peak (graphs of 1,000 ops up to the size that
-gets every extra round), all of the above runs once per cap with the memory cut to it, and the
-fastest of those and of the one-device placements that fit is returned (``canonical.py``): every
-memory above the caps gives the same result, so more memory there is never slower. Every limit counts simulator
+gets every extra round; larger graphs have the one cap ``large_graph_canonical_cap``), all of the
+above runs once per cap with the memory cut to it, and the fastest of those and of the one-device
+placements that fit is returned (``canonical.py``): every memory above the caps gives the same
+result, so more memory there is never slower. Every limit counts simulator
 calls, so the result depends only on the inputs and ``seed``. A user who asks for
 ``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
 machine's speed). ``options['stopped_by']`` says what stopped it: ``evals`` (the rounds ran out or
@@ -196,7 +197,8 @@ def _canonical_place(graph, cluster, seed: int, config: SearchConfig, caps_bytes
         budget_s = config.time_budget_s
         left_s = None if budget_s is None else max(budget_s - (time.perf_counter() - began), 0.0)
         # no looser-memory track inside: it would run a whole search more per cap
-        capped_config = dataclasses.replace(config, canonical_caps=(), loose_memory_factor=1.0, time_budget_s=left_s)
+        capped_config = dataclasses.replace(config, canonical_caps=(), large_graph_canonical_cap=0.0,
+                                            loose_memory_factor=1.0, time_budget_s=left_s)
         capped.append(place(graph, cluster.with_memory_bytes(np.minimum(cluster.memory_bytes, cap)), seed=seed,
                             options=capped_config))
     best = min(capped, key=lambda placement: placement.options["step_us"])
