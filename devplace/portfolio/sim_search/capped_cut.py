@@ -1,0 +1,126 @@
+"""The capped-search cut: where many-branch cells meet tight memory, the search under the smallest
+canonical cap, its best cut in two at a point every forward path passes (its forward prefix, with
+the backward and update ops that mirror it, onto another GPU) so that it fits, then annealed.
+
+With memory to hold most of the step on one GPU, the search keeps the path on that GPU and moves
+the middles of the cells' long branches to the others (Inception-V3, seed 0, under the 0.7 cap of
+its one-device peak, 3.83 GiB: 219.5 ms, 210.7 ms busy on the path's GPU, 15-17 ms on each other).
+At 30% of 8 GiB the stash of the stem's wide activations does not fit beside the rest, so the
+search splits the path over two GPUs from its first starts and stays in that basin (233.5 ms: the
+second GPU busy 156 ms, the two others 7-10 ms); neither annealing from that best with all of the
+memory (4 rounds: 233.4 ms) nor moving whole branches, branch interiors or any 2-way split of a
+cell's branches from it gains. The capped search's best with its stem moved onto another GPU is
+256.3 ms, and 4 annealing rounds take it to 223.6 ms (round 38 notes).
+
+The track (``_capped_cut_rounds``) runs last in the branch track, where every device's memory is
+below the smallest ``canonical_caps`` x the one-device peak, on graphs small enough for every extra
+round (so also for the canonical caps' searches), while the gap is wide:
+
+1. the whole search (this one's options, without canonical caps, looser-memory track or this track,
+   as ``_canonical_place`` runs it) on the cluster with every device's memory raised to that cap:
+   the run that under canonical caps gives a larger memory its result;
+2. *cut points*: the forward ops every forward path from the step's first forward op to the loss
+   passes (the post-dominator chain, ``branches._post_dominators``); for each, the forward ops up
+   to it in topological order bring their units (``devplace.placers._layers``: backward and update
+   ops, the weights they read first) and their colocation groups; that prefix goes to each other GPU
+   than the one holding most of the capped best, each candidate judged in the capped best's own
+   order and the search's ``orders``; the fastest that fits this memory (or the capped best itself
+   if it fits) is the start;
+3. ``capped_cut_rounds`` annealing rounds from it, by a search of its own seeded by the placer's
+   seed (so the main search's random stream is untouched and the result is never slower than
+   without the track), each from that search's best; the best is offered.
+
+Cost: a search more (Inception-V3 at 30%: about 80,000 evals), one eval per cut candidate and
+order, and the rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from devplace.graph import Role
+from devplace.placers._layers import UnitLayers
+from devplace.placers._moves import with_colocation
+from devplace.portfolio.sim_search.anneal import _track_rounds
+from devplace.portfolio.sim_search.branches import _forward_dag, _post_dominators
+from devplace.portfolio.sim_search.config import log
+from devplace.portfolio.sim_search.search import one_device_peak_bytes
+
+if TYPE_CHECKING:
+    from devplace.portfolio.sim_search.search import _Search
+
+HOW = "capped-search cut"
+
+
+def cut_prefixes(graph) -> list[tuple[int, np.ndarray]]:
+    """Per cut point (module docstring), in step order: (the op, the forward ops up to it in
+    topological order, the dead ends the forward DAG leaves out among them)."""
+    order, succ, _ = _forward_dag(graph)
+    if not len(order):
+        return []
+    ipdom = _post_dominators(order, succ, graph.n_ops)
+    forward = np.flatnonzero(graph.role == Role.FORWARD)     # with the dead ends the DAG leaves out
+    cuts, v = [], int(ipdom[int(order[0])])
+    while v >= 0 and v != int(order[-1]):
+        cuts.append((v, forward[graph.topo_rank[forward] <= graph.topo_rank[v]]))
+        v = int(ipdom[v])
+    return cuts
+
+
+def _capped_cut_rounds(search: _Search, report: dict) -> None:
+    """The track (module docstring); what it did goes to ``report``."""
+    config, graph, cluster = search.config, search.graph, search.cluster
+    if config.capped_cut_rounds < 1 or not config.canonical_caps or not config.gets_every_extra_round(graph.n_ops):
+        return
+    cap_bytes = min(config.canonical_caps) * one_device_peak_bytes(search.sim)    # not an eval: as canonical.py
+    if (cluster.memory_bytes >= cap_bytes).any():
+        return
+    from devplace.portfolio.sim_search import place
+    from devplace.portfolio.sim_search.search import _Search
+
+    capped_config = dataclasses.replace(config, canonical_caps=(), loose_memory_factor=1.0, capped_cut_rounds=0)
+    capped = place(graph, cluster.with_memory_bytes(np.full(cluster.n_devices, cap_bytes)), seed=search.seed,
+                   options=capped_config)
+    search.evals += capped.options["evals"]
+    report.update(capped_us=capped.options["step_us"], capped_evals=capped.options["evals"])
+    track = _Search(graph, cluster, config, search.seed)
+    track.closed_us = search.closed_us
+    start = _fastest_cut(track, capped.devices, capped.priority, report)
+    if start is not None:
+        track.offer(*start)
+        rounds, best_us = _track_rounds(track, start, "capped-search cut", config.capped_cut_rounds, 1.0)
+        report.update(rounds=rounds, best_us=best_us)
+        overflow, step_us, _ = search.measure(track.best[1], track.best[2])
+        if overflow == 0:
+            search.offer(step_us, track.best[1], track.best[2], f"{HOW}: {track.best[3]}")
+    search.evals += track.evals
+    report.update(track_evals=track.evals)
+    log.info("capped-search cut: %s", report)
+
+
+def _fastest_cut(track: _Search, devices: np.ndarray, priority, report: dict) -> tuple | None:
+    """The capped best as it is, or with a prefix (``cut_prefixes``) on another GPU, fastest that fits
+    ``track``'s memory, as ``search.best`` (or None); the cut taken goes to ``report``."""
+    graph = track.graph
+    unit_of = UnitLayers.of(graph).unit_of
+    home = int(np.bincount(devices, minlength=track.n_dev).argmax())
+    candidates = [("none", devices)]
+    for op, prefix in cut_prefixes(graph):
+        ops = with_colocation(track.fine, np.flatnonzero(np.isin(unit_of, np.unique(unit_of[prefix]))))
+        for target in range(track.n_dev):
+            if target != home:
+                cut = devices.copy()
+                cut[ops] = target
+                candidates.append((graph.names[op], cut))
+    best = None
+    for name, cut in candidates:
+        for order_name, order in [("its own", priority)] + track.orders(cut):
+            overflow, step_us, _ = track.measure(cut, order)
+            if overflow == 0 and (best is None or step_us < best[0]):
+                best = (step_us, cut, order, f"cut at {name} ({order_name} order)")
+    report.update(cut_points=len(candidates) - 1, start=None if best is None else best[3],
+                  start_us=None if best is None else best[0])
+    return best
