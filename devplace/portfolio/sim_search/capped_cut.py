@@ -1,10 +1,11 @@
-"""The capped-search cut: where many-branch cells meet tight memory, the search under the smallest
+"""The capped-search cut: where many-branch cells meet tight memory, the search under the largest
 canonical cap, its best cut in two at a point every forward path passes (its forward prefix, with
 the backward and update ops that mirror it, onto another GPU) so that it fits, then annealed.
 
 With memory to hold most of the step on one GPU, the search keeps the path on that GPU and moves
-the middles of the cells' long branches to the others (Inception-V3, seed 0, under the 0.7 cap of
-its one-device peak, 3.83 GiB: 219.5 ms, 210.7 ms busy on the path's GPU, 15-17 ms on each other).
+the middles of the cells' long branches to the others (Inception-V3, seed 0, all of 8 GiB, whose
+canonical caps are 0.7 and 0.9 x its one-device peak of 5.47 GiB: 219.5 ms, 210.7 ms busy on the
+path's GPU, 15-17 ms on each other; under the 0.7 cap alone the search ends at 240.0 ms).
 At 30% of 8 GiB the stash of the stem's wide activations does not fit beside the rest, so the
 search splits the path over two GPUs from its first starts and stays in that basin (233.5 ms: the
 second GPU busy 156 ms, the two others 7-10 ms); neither annealing from that best with all of the
@@ -13,12 +14,12 @@ cell's branches from it gains. The capped search's best with its stem moved onto
 256.3 ms, and 4 annealing rounds take it to 223.6 ms (round 38 notes).
 
 The track (``_capped_cut_rounds``) runs last in the branch track, where every device's memory is
-below the smallest ``canonical_caps`` x the one-device peak, on graphs small enough for every extra
-round (so also for the canonical caps' searches), while the gap is wide:
+below the smallest ``canonical_caps`` x the one-device peak (so no memory the canonical caps reach
+changes), on graphs small enough for every extra round, while the gap is wide:
 
 1. the whole search (this one's options, without canonical caps, looser-memory track or this track,
-   as ``_canonical_place`` runs it) on the cluster with every device's memory raised to that cap:
-   the run that under canonical caps gives a larger memory its result;
+   as ``_canonical_place`` runs it) on the cluster with every device's memory raised to the largest
+   cap: one of the runs that under canonical caps give a larger memory its result;
 2. *cut points*: the forward ops every forward path from the step's first forward op to the loss
    passes (the post-dominator chain, ``branches._post_dominators``); for each, the forward ops up
    to it in topological order bring their units (``devplace.placers._layers``: backward and update
@@ -75,9 +76,10 @@ def _capped_cut_rounds(search: _Search, report: dict) -> None:
     config, graph, cluster = search.config, search.graph, search.cluster
     if config.capped_cut_rounds < 1 or not config.canonical_caps or not config.gets_every_extra_round(graph.n_ops):
         return
-    cap_bytes = min(config.canonical_caps) * one_device_peak_bytes(search.sim)    # not an eval: as canonical.py
-    if (cluster.memory_bytes >= cap_bytes).any():
+    peak_bytes = one_device_peak_bytes(search.sim)      # not an eval: as canonical.py
+    if (cluster.memory_bytes >= min(config.canonical_caps) * peak_bytes).any():
         return
+    cap_bytes = max(config.canonical_caps) * peak_bytes
     from devplace.portfolio.sim_search import place
     from devplace.portfolio.sim_search.search import _Search
 
