@@ -7,7 +7,7 @@ import numpy as np
 
 import devplace as dp
 from devplace.cluster import uniform_cluster
-from devplace.portfolio.sim_search.capped_cut import _fastest_cut, cut_prefixes
+from devplace.portfolio.sim_search.capped_cut import _cheapest_cut, cut_prefixes
 from devplace.portfolio.sim_search.config import SearchConfig
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.search import one_device_peak_bytes
@@ -62,7 +62,7 @@ def test_a_placement_over_memory_is_cut_where_its_prefix_fits_on_the_other_gpu()
     whole = np.zeros(g.n_ops, np.int64)             # one GPU: over 0.6 x the one-device peak
     assert not dp.simulate(g, c, whole).fits
     report = {}
-    step_us, devices, priority, how = _fastest_cut(track, whole, None, report)
+    step_us, devices, priority, how = _cheapest_cut(track, whole, None, report)
     assert how.startswith("cut at c0.concat") and report["start"] == how and report["cut_points"] == 2
     cell0 = [i for i, name in enumerate(g.names) if name.startswith("c0.") or name.startswith("stem")]
     assert (devices[cell0] == 1).all() and (devices[[g.names.index("c1.concat"), g.names.index("loss")]] == 0).all()

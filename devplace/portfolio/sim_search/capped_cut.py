@@ -90,7 +90,7 @@ def _capped_cut_rounds(search: _Search, report: dict) -> None:
     report.update(capped_us=capped.options["step_us"], capped_evals=capped.options["evals"])
     track = _Search(graph, cluster, config, search.seed)
     track.closed_us = search.closed_us
-    start = _fastest_cut(track, capped.devices, capped.priority, report)
+    start = _cheapest_cut(track, capped.devices, capped.priority, report)
     if start is not None:
         track.offer(*start)
         rounds, best_us = _track_rounds(track, start, "capped-search cut", config.capped_cut_rounds, 1.0)
@@ -103,26 +103,39 @@ def _capped_cut_rounds(search: _Search, report: dict) -> None:
     log.info("capped-search cut: %s", report)
 
 
-def _fastest_cut(track: _Search, devices: np.ndarray, priority, report: dict) -> tuple | None:
-    """The capped best as it is, or with a prefix (``cut_prefixes``) on another GPU, fastest that fits
-    ``track``'s memory, as ``search.best`` (or None); the cut taken goes to ``report``."""
+def _cheapest_cut(track: _Search, devices: np.ndarray, priority, report: dict) -> tuple | None:
+    """The capped best as it is if it fits ``track``'s memory, else cut with a prefix
+    (``cut_prefixes``) on another GPU: of the cuts with a candidate that fits, the one whose
+    forward tensors leaving the prefix hold the fewest bytes (the step pays them forward and
+    again as gradients; an order can be annealed, a cut's bytes cannot), its fastest fitting
+    candidate (GPU and order); as ``search.best`` (or None), the cut taken going to ``report``."""
     graph = track.graph
     unit_of = UnitLayers.of(graph).unit_of
+    forward = graph.role == Role.FORWARD
     home = int(np.bincount(devices, minlength=track.n_dev).argmax())
-    candidates = [("none", devices)]
+    candidates = [(0.0, "none", [devices])]
     for op, prefix in cut_prefixes(graph):
+        inside = np.zeros(graph.n_ops, bool)
+        inside[prefix] = True
+        leaving = inside[graph.edge_src] & ~inside[graph.edge_dst] & forward[graph.edge_dst]
         ops = with_colocation(track.fine, np.flatnonzero(np.isin(unit_of, np.unique(unit_of[prefix]))))
+        cuts = []
         for target in range(track.n_dev):
             if target != home:
-                cut = devices.copy()
-                cut[ops] = target
-                candidates.append((graph.names[op], cut))
+                cuts.append(devices.copy())
+                cuts[-1][ops] = target
+        crossing_bytes = graph.output_bytes[np.unique(graph.edge_src[leaving])].sum()   # each tensor once
+        candidates.append((float(crossing_bytes), graph.names[op], cuts))
     best = None
-    for name, cut in candidates:
-        for order_name, order in [("its own", priority)] + track.orders(cut):
-            overflow, step_us, _ = track.measure(cut, order)
-            if overflow == 0 and (best is None or step_us < best[0]):
-                best = (step_us, cut, order, f"cut at {name} ({order_name} order)")
+    for crossing_bytes, name, cuts in sorted(candidates, key=lambda c: c[0]):
+        for cut in cuts:
+            for order_name, order in [("its own", priority)] + track.orders(cut):
+                overflow, step_us, _ = track.measure(cut, order)
+                if overflow == 0 and (best is None or step_us < best[0]):
+                    best = (step_us, cut, order, f"cut at {name} ({order_name} order)")
+        if best is not None:
+            report.update(cut_mib=crossing_bytes / 2**20)
+            break
     report.update(cut_points=len(candidates) - 1, start=None if best is None else best[3],
                   start_us=None if best is None else best[0])
     return best
