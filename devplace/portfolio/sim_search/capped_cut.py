@@ -44,6 +44,7 @@ evals; 244,694 in all against 77,673 without the track).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -89,7 +90,9 @@ def _capped_cut_rounds(search: _Search, report: dict) -> None:
     from devplace.portfolio.sim_search import place
     from devplace.portfolio.sim_search.search import _Search
 
-    capped_config = dataclasses.replace(config, canonical_caps=(), loose_memory_factor=1.0, capped_cut_rounds=0)
+    left_s = None if config.time_budget_s is None else max(config.time_budget_s - (time.perf_counter() - search.began), 0.0)
+    capped_config = dataclasses.replace(config, canonical_caps=(), loose_memory_factor=1.0, capped_cut_rounds=0,
+                                        time_budget_s=left_s)
     capped = place(graph, cluster.with_memory_bytes(np.full(cluster.n_devices, cap_bytes)), seed=search.seed,
                    options=capped_config)
     search.evals += capped.options["evals"]
