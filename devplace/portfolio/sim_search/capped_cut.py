@@ -17,11 +17,9 @@ The track (``_capped_cut_rounds``) runs last in the branch track, where every de
 below the smallest ``canonical_caps`` x the one-device peak (so no memory the canonical caps reach
 changes), on graphs small enough for every extra round, while the gap is wide:
 
-1. the whole search (this one's options, without canonical caps, looser-memory track, this track or
-   the order descent) on the cluster with every device's memory raised to the largest cap. Like the
-   other nested searches it leaves the order descent to the outer one: the cut moves the prefix to
-   another GPU, so a schedule tuned op by op for the uncut placement is not what the rounds start
-   from (with it, Inception-V3 at 30%, seed 0, ends at 231.853 ms; without, 222.026);
+1. the whole search (this one's options, without canonical caps, looser-memory track or this track,
+   as ``_canonical_place`` runs it) on the cluster with every device's memory raised to the largest
+   cap: one of the runs that under canonical caps give a larger memory its result;
 2. *cut points*: the forward ops every forward path from the step's first forward op to the loss
    passes (the post-dominator chain, ``branches._post_dominators``); for each, the forward ops up
    to it in topological order bring their units (``devplace.placers._layers``: backward and update
@@ -94,7 +92,7 @@ def _capped_cut_rounds(search: _Search, report: dict) -> None:
 
     left_s = None if config.time_budget_s is None else max(config.time_budget_s - (time.perf_counter() - search.began), 0.0)
     capped_config = dataclasses.replace(config, canonical_caps=(), loose_memory_factor=1.0, capped_cut_rounds=0,
-                                        order_descent_evals=0, time_budget_s=left_s)
+                                        time_budget_s=left_s)
     capped = place(graph, cluster.with_memory_bytes(np.full(cluster.n_devices, cap_bytes)), seed=search.seed,
                    options=capped_config)
     search.evals += capped.options["evals"]
