@@ -198,7 +198,3 @@ def _branch_rounds(search: _Search, bound_us: float | None) -> None:
         return
     _piece_track(search, piece, config.branch_starts, config.branch_evals, config.branch_rounds,
                  "branch piece", HOW, report, as_is=True)
-    if _track_may_run(search, bound_us, config.capped_cut_rounds):
-        from devplace.portfolio.sim_search.capped_cut import _capped_cut_rounds
-
-        _capped_cut_rounds(search, report.setdefault("capped_cut", {}))

@@ -120,10 +120,6 @@ class SearchConfig:
                                      "30%: the descent from the best ends after 5,416)")
     branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
                                     "grad_block_rounds (and within grad_block_behind past max_rounds)")
-    capped_cut_rounds: int = option(4, "the capped-search cut (last in the branch track, where every device holds less "
-                                       "than the smallest canonical cap: capped_cut.py): annealing rounds from the "
-                                       "best of the search under the largest cap, cut in two so that it fits (0: no "
-                                       "track)")
     loose_memory_factor: float = option(2.0, "the looser-memory track (last, where the memory / this and the memory "
                                              "would not hold the one-device peak; loose_memory.py): up, the search "
                                              "with this x the memory repaired into it and annealed (while the gap is "
