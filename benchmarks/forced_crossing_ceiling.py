@@ -48,7 +48,7 @@ from reproduce_papers import PRESET, cached_graph  # noqa: E402
 import devplace as dp  # noqa: E402
 from devplace.bounds import relaxation  # noqa: E402
 from devplace.bounds.relaxation import _longest_paths, longest_path, windows_us  # noqa: E402
-from devplace.bounds.turn_cut import _staircase, _turn_items, turn_cut_us  # noqa: E402
+from devplace.bounds.turn_cut import _position_and_hold, _staircase, _turn_items, turn_cut_us  # noqa: E402
 from devplace.bounds.turn_path import turn_probe, turn_sides  # noqa: E402
 from devplace.fileio import write_text_atomic  # noqa: E402
 
@@ -149,7 +149,7 @@ def chord_split(path: CriticalPath) -> dict:
     us_per_byte = 1.0 / float(cluster.bandwidth_bytes_per_us[off].max())
     bytes_per_us = 1.0 / us_per_byte        # sequential: one channel per device
     capacity = float(cluster.memory_bytes.max())
-    made, read = _turn_items(graph, ops, path.q, us_per_byte)
+    made, read = _turn_items(graph, ops, path.q, us_per_byte, *_position_and_hold(graph, ops, us_per_byte))
     q, m = path.q, len(ops)
     lam = {}
 
@@ -210,7 +210,7 @@ def regions(path: CriticalPath, ends) -> list:
     src, dst, out = graph.edge_src, graph.edge_dst, graph.output_bytes
     items = np.unique(src[anc[src] & (src != ops[path.q]) & desc[dst] & (out[src] > 0) & (rel.cut_us > 0)])
     us_per_byte = 1.0 / float(path.cluster.bandwidth_bytes_per_us[~np.eye(path.cluster.n_devices, dtype=bool)].max())
-    whole, _ = _turn_items(graph, ops, path.q, us_per_byte)
+    whole, _ = _turn_items(graph, ops, path.q, us_per_byte, *_position_and_hold(graph, ops, us_per_byte))
     rows = []
     for end in ends:
         inside = turn_sides(graph, int(ops[end]))[0][items]

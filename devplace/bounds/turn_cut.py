@@ -94,7 +94,8 @@ def turn_cut_us(graph, cluster, rel: Relaxation, max_passes: int = 128) -> float
     channels = 1 if COMM_MODEL_CODES[cluster.comm_model] in (SEQUENTIAL, DUPLEX) else n_dev - 1
     bytes_per_us = channels / us_per_byte
     capacity = float(cluster.memory_bytes.max())
-    made, read = _turn_items(graph, path_ops, q, us_per_byte)
+    position, hold_us = _position_and_hold(graph, path_ops, us_per_byte)
+    made, read = _turn_items(graph, path_ops, q, us_per_byte, position, hold_us)
     head, p, tail = rel.head_us[path_ops], p_all[path_ops], rel.tail_us[path_ops]
     cost = rel.cut_us[path_edges]
     # value of a cut at each path edge, first the path through it alone
@@ -111,7 +112,8 @@ def turn_cut_us(graph, cluster, rel: Relaxation, max_passes: int = 128) -> float
         return _comm_path_with_cut_us(graph, rel, int(path_edges[a]))
 
     first = np.flatnonzero(cuttable & (ablefirst < need_first))
-    pair_a, pair_c, pair_able = _first_cut_pairs(graph, path_ops, q, us_per_byte, first, ablefirst, cuttable, capacity)
+    pair_a, pair_c, pair_able = _first_cut_pairs(graph, path_ops, q, first, ablefirst, cuttable, capacity,
+                                                 position, hold_us)
     last = np.flatnonzero(cuttable & (ablelast < need_last))
     best_us = base_us
     for ends_a, ends_c, able, need in ((pair_a, pair_c, pair_able, need_first), (last, last, ablelast[last], need_last)):
@@ -148,15 +150,12 @@ def _staircase(able_us: np.ndarray, value_us: np.ndarray, need_us: float) -> flo
     return float(np.minimum(np.append(able_us, need_us), least).max())
 
 
-def _reader_run_items(graph, path_ops: np.ndarray, q: int, us_per_byte: float, rows: int):
+def _reader_run_items(graph, path_ops: np.ndarray, q: int, rows: int, position: np.ndarray, hold_us: np.ndarray):
     """For the first cut's pairs (``turn_cut_us``): p*, the last path position reading an output of
     o_0..o_(q-1) over an edge that holds a channel (-1 if none), and per pair of path positions
     (a < ``rows``, c < p*) the output bytes of the outputs of o_0..o_a read by a path op in (c, p*],
     and the sum over them of the hold time of their longest edge into (c, p*]."""
-    position = np.full(graph.n_ops, -1, np.int64)
-    position[path_ops] = np.arange(len(path_ops))
-    src, dst, out = graph.edge_src, graph.edge_dst, graph.output_bytes
-    hold = np.where(np.isnan(graph.edge_fixed_us), graph.edge_bytes * us_per_byte, graph.edge_fixed_us)
+    src, dst, out, hold = graph.edge_src, graph.edge_dst, graph.output_bytes, hold_us
     edges = np.flatnonzero((position[src] >= 0) & (position[src] < q) & (position[dst] > q) & (out[src] > 0))
     if not np.any(hold[edges] > 0):
         return -1, None, None
@@ -182,13 +181,13 @@ def _reader_run_items(graph, path_ops: np.ndarray, q: int, us_per_byte: float, r
     return last_reader, held, crossing
 
 
-def _first_cut_pairs(graph, path_ops, q: int, us_per_byte: float, first: np.ndarray, ablefirst: np.ndarray,
-                     cuttable: np.ndarray, capacity: float):
+def _first_cut_pairs(graph, path_ops, q: int, first: np.ndarray, ablefirst: np.ndarray, cuttable: np.ndarray,
+                     capacity: float, position: np.ndarray, hold_us: np.ndarray):
     """Entries for the first cut (``turn_cut_us``): a first-able edge a at or after p* alone, else a
     pair (a, c), c the last cut before p* (a <= c < p*), able once a is first-able and, when c = a or
     the outputs of the first run read in (c, p*] exceed the memory, once T reaches their hold."""
     rows = int(first.max()) + 1 if len(first) else 0
-    last_reader, held, crossing = _reader_run_items(graph, path_ops, q, us_per_byte, rows)
+    last_reader, held, crossing = _reader_run_items(graph, path_ops, q, rows, position, hold_us)
     if held is None:
         return first, first, ablefirst[first]
     alone = first[first >= last_reader]
@@ -209,17 +208,24 @@ def _comm_path_with_cut_us(graph, rel: Relaxation, edge: int) -> float:
     return float((head + rel.fastest_us + tail).max(initial=0.0))
 
 
-def _turn_items(graph, path_ops: np.ndarray, q: int, us_per_byte: float):
-    """Per path position, the bytes of the items made there and read there (``turn_cut_us``)."""
-    n, m = graph.n_ops, len(path_ops)
+def _position_and_hold(graph, path_ops: np.ndarray, us_per_byte: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's place on the path (-1 off it), and how long each edge holds a channel when its
+    ends are apart (its fixed time, else its bytes at the fastest link)."""
+    position = np.full(graph.n_ops, -1, np.int64)
+    position[path_ops] = np.arange(len(path_ops))
+    hold_us = np.where(np.isnan(graph.edge_fixed_us), graph.edge_bytes * us_per_byte, graph.edge_fixed_us)
+    return position, hold_us
+
+
+def _turn_items(graph, path_ops: np.ndarray, q: int, us_per_byte: float, position: np.ndarray, hold_us: np.ndarray):
+    """Per path position, the bytes of the items made there and read there (``turn_cut_us``;
+    ``position`` and ``hold_us`` from ``_position_and_hold``)."""
+    m = len(path_ops)
     x = int(path_ops[q])
     anc, desc = turn_sides(graph, x)
-    position = np.full(n, -1, np.int64)
-    position[path_ops] = np.arange(m)
-    src, dst, out = graph.edge_src, graph.edge_dst, graph.output_bytes
-    hold = np.where(np.isnan(graph.edge_fixed_us), graph.edge_bytes * us_per_byte, graph.edge_fixed_us)
+    src, dst, out, hold = graph.edge_src, graph.edge_dst, graph.output_bytes, hold_us
     crossing = anc[src] & (src != x) & desc[dst] & (out[src] > 0)
-    largest = np.zeros(n)
+    largest = np.zeros(graph.n_ops)
     np.maximum.at(largest, src[crossing], hold[crossing])
     makers = np.unique(src[crossing])
     makers = makers[(position[makers] >= 0) & (largest[makers] >= us_per_byte * out[makers])]
