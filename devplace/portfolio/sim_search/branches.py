@@ -37,7 +37,7 @@ import numpy as np
 from devplace.bounds.fork_join import MAX_REGION_OPS
 from devplace.graph import Role
 from devplace.placers._layers import UnitLayers
-from devplace.portfolio.sim_search.grad_blocks import _piece_track, _track_may_run
+from devplace.portfolio.sim_search.grad_blocks import _piece_track
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
@@ -189,7 +189,7 @@ def branch_pieces(graph, cluster, min_branches: int) -> tuple[np.ndarray, float]
 def _branch_rounds(search: _Search, bound_us: float | None) -> None:
     """The track (module docstring); what it did goes to ``search.branch_report``."""
     config = search.config
-    if not _track_may_run(search, bound_us, config.branch_evals):
+    if not search.late_phase_may_run(bound_us, config.branch_evals):
         return
     piece, share = branch_pieces(search.graph, search.cluster, config.branch_min_branches)
     report = search.branch_report

@@ -81,17 +81,10 @@ def gradient_blocks(graph, cluster, min_share: float) -> tuple[np.ndarray, float
     return block.astype(np.int64), float(op_us[own].sum() / max(op_us.sum(), 1e-12))
 
 
-def _track_may_run(search: _Search, bound_us: float | None, evals: int) -> bool:
-    """Whether a piece track with ``evals`` may run: a budget, two devices or more, a bound (the
-    nominal step time), time left and the best still more than ``target_gap`` above the bound."""
-    return (evals > 0 and search.n_dev >= 2 and bound_us is not None and search.graph.n_ops > 0
-            and not search.out_of_time() and search.best[0] > bound_us * (1.0 + search.config.target_gap))
-
-
 def _gradient_block_rounds(search: _Search, bound_us: float | None) -> None:
     """The track (module docstring); what it did goes to ``search.grad_block_report``."""
     config = search.config
-    if not _track_may_run(search, bound_us, config.grad_block_evals):
+    if not search.late_phase_may_run(bound_us, config.grad_block_evals):
         return
     block, share = gradient_blocks(search.graph, search.cluster, config.grad_block_min_share)
     report = search.grad_block_report

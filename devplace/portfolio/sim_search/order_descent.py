@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from devplace.portfolio.sim_search.grad_blocks import _track_may_run
-
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
 
@@ -40,7 +38,7 @@ def positions(priority: np.ndarray | None, topo_rank: np.ndarray) -> np.ndarray:
 def _order_descent(search: _Search, bound_us: float | None) -> None:
     """The descent (module docstring); what it did goes to ``search.order_descent_report``."""
     evals = search.config.order_descent_evals
-    if not _track_may_run(search, bound_us, evals):
+    if not search.late_phase_may_run(bound_us, evals):
         return
     began, before_us = search.evals, search.best[0]
     step_us, devices, priority, _ = search.best

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from devplace.graph import Role
-from devplace.portfolio.sim_search.grad_blocks import _piece_track, _track_may_run, gradient_blocks, gradient_owner
+from devplace.portfolio.sim_search.grad_blocks import _piece_track, gradient_blocks, gradient_owner
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
@@ -134,7 +134,7 @@ def _pieces_of_blocks(graph, block: np.ndarray) -> tuple[np.ndarray, int]:
 def _recurrence_rounds(search: _Search, bound_us: float | None) -> None:
     """The track (module docstring); what it did goes to ``search.recurrence_report``."""
     config = search.config
-    if config.grad_block_evals <= 0 or not _track_may_run(search, bound_us, config.recurrence_evals):
+    if config.grad_block_evals <= 0 or not search.late_phase_may_run(bound_us, config.recurrence_evals):
         return
     block, share = gradient_blocks(search.graph, search.cluster, config.grad_block_min_share)
     if share < config.grad_block_share:

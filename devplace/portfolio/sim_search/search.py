@@ -186,6 +186,13 @@ class _Search:
         later = [("updates first", self.updates_first)] if self.updates_first is not None else []
         return [("topological order", None)] + later
 
+    def late_phase_may_run(self, bound_us: float | None, evals: int) -> bool:
+        """Whether a phase after the rounds (a piece track, the order descent) with ``evals`` may run:
+        a budget, two devices or more, a bound (the nominal step time), time left and the best still
+        more than ``target_gap`` above the bound."""
+        return (evals > 0 and self.n_dev >= 2 and bound_us is not None and self.graph.n_ops > 0
+                and not self.out_of_time() and self.best[0] > bound_us * (1.0 + self.config.target_gap))
+
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
         """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
         as a start); report whether it beat the best."""
