@@ -1245,3 +1245,30 @@ def test_a_transfer_waits_only_while_transfers_booked_before_it_hold_channels():
     assert waited >= 1000, waited      # measured: 1,249 transfers queued, so the claim is exercised
     # measured: 132 (58 sequential, 74 duplex) and 518
     assert stronger["shares a channel"] >= 100 and stronger["earlier"] >= 400, stronger
+
+
+def test_a_copy_queued_behind_its_producers_other_transfer_reaches_the_reader_after_the_turn():
+    """Where lemma E's exception bites (round 43): a bound may not charge a saved output to its reader's
+    device from the forward on. f0 (6 MiB, device 0) is read by w on device 1 over a 6 MiB edge and by b0
+    on device 2 over a 1 KB edge; f1 -> loss -> b1 -> b0 run on device 2 (10 MiB), where f1's 6 MiB output
+    and b1's 2 MiB leave no room for f0's. Both transfers are booked when f0 finishes, device 1's first, so
+    the 1 KB one waits 600 us for device 0's channel and lands after b1 has freed f1's output: the step is
+    710.1 us and fits. Charging f0's output on device 2 from its finish would force a cut before b0 (2 MiB,
+    200 us): 900 us, above the brute-force optimum."""
+    b = GraphBuilder(["gpu"])
+    for name, time_us, out_mib in (("f0", 10.0, 6), ("w", 1.0, 0), ("w2", 1.0, 0), ("f1", 200.0, 6),
+                                   ("loss", 100.0, 0), ("b1", 300.0, 2), ("b0", 100.0, 0)):
+        b.add_op(name, compute_us=time_us, output_bytes=out_mib * MIB)
+    for src, dst, nbytes in (("f0", "w", 6 * MIB), ("f0", "b0", 1e3), ("f0", "w2", 1e3), ("w2", "loss", 0.0),
+                             ("f1", "loss", 1e3), ("f1", "b1", 6 * MIB), ("loss", "b1", 1e3), ("b1", "b0", 2 * MIB)):
+        b.add_edge(src, dst, bytes=nbytes)
+    graph = b.build()
+    cluster = uniform_cluster(3, memory_bytes=10 * MIB, bandwidth_bytes_per_us=6 * MIB / 600.0, comm_model="sequential")
+    devices = np.array([{"f0": 0, "w2": 0, "w": 1}.get(name, 2) for name in graph.names], np.int64)
+    r = Simulator(graph, cluster).run(dp.Placement(devices=devices, priority=None))
+    to_reader = int(np.flatnonzero(r.transfer_dst == 2)[0])
+    assert r.transfer_start_us[to_reader] == r.transfer_end_us[r.transfer_dst == 1][0] == 610.0
+    assert r.transfer_start_us[to_reader] > r.finish_us[graph.index("b1")]
+    assert r.fits and r.step_time_us == pytest.approx(710.095, abs=1e-3)
+    assert brute_force(graph, cluster, n_orders=1) == pytest.approx(710.095, abs=1e-3)
+    assert lower_bounds(graph, cluster)["best_us"] <= 710.095
