@@ -12,7 +12,8 @@ P is the critical path ``turn_cut_us`` reads, x = o_q its turn probe (``forced_c
   o_b, every output finished by then and read by an op of the run at b or later sits, whole, on the run's
   device (eager, no exception), so those bytes plus o_b's least footprint fit the memory. The least cut
   cost D over such splits, and P valued plain (its critical path with those cuts) and windowed (the comm
-  path with them always cut).
+  path with them always cut); and the least over such splits of their largest single-cut value (the comm
+  path with that one edge always cut), the form ``turn_cut_us``'s staircase could take.
 
     PYTHONPATH=$PWD python benchmarks/eager_transfer_ceiling.py --models resnet50 inception_v3 \
         --out benchmarks/results/eager_transfer_ceiling.json
@@ -78,17 +79,21 @@ def turn_cut_variants(graph, cluster, rel) -> dict:
 
 
 def eager_backward_runs(path: CriticalPath) -> dict:
-    """The least cut cost of P after the probe into runs whose read outputs (whole) fit at each op's start."""
+    """The least cut cost of P after the probe into runs whose read outputs (whole) fit at each op's start,
+    and the least over such splits of their largest single-cut value (``bottleneck_ms``)."""
     graph, cluster, rel, ops, q = path.graph, path.cluster, path.rel, path.ops, path.q
     m = len(ops)
     held = run_items(path, q, lambda edges: graph.output_bytes[graph.edge_src[edges]])[0]
     room = float(cluster.memory_bytes.max()) - rel.footprint[ops].min(axis=1)
+    run_start = np.full(m, m)       # the earliest start of a run that ends at c and fits
+    for c in range(q, m):
+        over = np.flatnonzero(held[q:c + 1, c] > room[q:c + 1])
+        run_start[c] = q + (int(over.max()) + 1 if len(over) else 0)
     least = np.full(m + 1, np.inf)
     cut_from = np.full(m + 1, -1)
     least[q] = 0.0
     for c in range(q, m):
-        over = np.flatnonzero(held[q:c + 1, c] > room[q:c + 1])
-        lo = q + (int(over.max()) + 1 if len(over) else 0)
+        lo = run_start[c]
         if lo <= c:
             i = lo + int(np.argmin(least[lo:c + 1]))
             least[c + 1] = least[i] + (path.cut[c] if c < m - 1 else 0.0)
@@ -105,7 +110,32 @@ def eager_backward_runs(path: CriticalPath) -> dict:
             "plain_ms": path.plain_us(cuts) / 1e3 if np.isfinite(least[m]) else None,
             "windowed_ms": path.windowed_us(cuts) / 1e3 if np.isfinite(least[m]) else None,
             "critical_path_ms": path.plain_us([]) / 1e3, "comm_path_ms": path.windowed_us([]) / 1e3,
-            "items_at_probe_gib": float(held[q, m - 1]) / GiB}
+            "items_at_probe_gib": float(held[q, m - 1]) / GiB,
+            "bottleneck_ms": bottleneck_us(path, run_start) / 1e3}
+
+
+def bottleneck_us(path: CriticalPath, run_start: np.ndarray) -> float:
+    """The least, over splits of P after the probe into runs that fit (``run_start``), of the largest value
+    of one of their cuts alone (the comm path with that edge always cut, as ``turn_cut_us`` values a cut):
+    what a staircase over single cuts could reach with the eager charge."""
+    q, m = path.q, len(path.ops)
+    value = np.full(m - 1, np.inf)
+    for a in range(q, m - 1):
+        if np.isfinite(path.cut[a]):
+            value[a] = path.windowed_us([a])
+
+    def splits(threshold: float) -> bool:
+        reach = np.zeros(m + 1, bool)      # reach[i]: some split of positions q..i-1 lets a run start at i
+        reach[q] = True
+        for c in range(q, m):
+            lo = run_start[c]
+            reach[c + 1] = lo <= c and reach[lo:c + 1].any() and (c == m - 1 or value[c] <= threshold)
+        return bool(reach[m])
+
+    for threshold in np.unique(np.concatenate([[-np.inf], value[np.isfinite(value)]])):
+        if splits(threshold):
+            return max(float(threshold), path.windowed_us([]))
+    return np.inf
 
 
 def main() -> None:
