@@ -221,24 +221,37 @@ def regions(path: CriticalPath, ends) -> list:
     return rows
 
 
-def backward_runs(path: CriticalPath, steps_ms, instant: int) -> dict:
-    graph, cluster, rel, ops, q = path.graph, path.cluster, path.rel, path.ops, path.q
+def run_items(path: CriticalPath, first: int, weigh):
+    """For runs of P from position ``first`` on: held[b, c], the items of a run from b to c at start(o_b)
+    (outputs of P ops before b, or of ops off P in anc(x) - x, read over an edge that costs time by a P op
+    in [b, c], each once, weighed by ``weigh(edges)``), and the item edges with where they are made and read."""
+    graph, rel, ops, q = path.graph, path.rel, path.ops, path.q
     m = len(ops)
     anc, _ = turn_sides(graph, int(ops[q]))
     position = np.full(graph.n_ops, -1)
     position[ops] = np.arange(m)
     src, dst, out = graph.edge_src, graph.edge_dst, graph.output_bytes
-    bandwidth = float(cluster.bandwidth_bytes_per_us[~np.eye(cluster.n_devices, dtype=bool)].max())
     before = ((position[src] >= 0) & (position[src] < position[dst])) | ((position[src] < 0) & anc[src] & (src != ops[q]))
-    edges = np.flatnonzero((position[dst] > q) & (rel.cut_us > 0) & np.isfinite(rel.cut_us) & (out[src] > 0) & before)
-    made_at, read_at, weight = position[src[edges]], position[dst[edges]], np.minimum(out[src[edges]], bandwidth * rel.cut_us[edges])
-    held = np.zeros((m, m))        # held[b, c]: the items of a run from b to c, at start(o_b)
-    for b in range(q + 1, m):
+    edges = np.flatnonzero((position[dst] >= first) & (rel.cut_us > 0) & np.isfinite(rel.cut_us) & (out[src] > 0)
+                           & before)
+    made_at, read_at, weight = position[src[edges]], position[dst[edges]], weigh(edges)
+    held = np.zeros((m, m))
+    for b in range(first, m):
         live = np.flatnonzero((made_at < b) & (read_at >= b))
         live = live[np.lexsort((read_at[live], src[edges[live]]))]
-        first = live[np.unique(src[edges[live]], return_index=True)[1]]
-        np.add.at(held[b], read_at[first], weight[first])
+        first_read = live[np.unique(src[edges[live]], return_index=True)[1]]
+        np.add.at(held[b], read_at[first_read], weight[first_read])
         held[b] = np.cumsum(held[b])
+    return held, edges, made_at, read_at
+
+
+def backward_runs(path: CriticalPath, steps_ms, instant: int) -> dict:
+    graph, cluster, rel, ops, q = path.graph, path.cluster, path.rel, path.ops, path.q
+    m = len(ops)
+    src, out = graph.edge_src, graph.output_bytes
+    bandwidth = float(cluster.bandwidth_bytes_per_us[~np.eye(cluster.n_devices, dtype=bool)].max())
+    held, edges, made_at, read_at = run_items(
+        path, q + 1, lambda edges: np.minimum(out[src[edges]], bandwidth * rel.cut_us[edges]))
     footprint = rel.footprint[ops].min(axis=1)
     head = rel.head_us[ops]
     critical_us = path.plain_us([])

@@ -16,7 +16,31 @@ latest finish:
   fits, the persistent bytes of its ops are at most its memory; when an op that takes time there
   starts, its output and temporaries are allocated too (they live until it finishes at least), so
   those persistent bytes plus the op's output and temporary bytes are at most the memory as well;
-- (F4) the ops of a colocation group share a device (``devplace.place`` refuses anything else).
+- (F4) the ops of a colocation group share a device (``devplace.place`` refuses anything else);
+- (F5) transfers are booked eagerly, in one order, first-come first-served: when op u on d finishes
+  at f, the event loop (``sim/engine.advance``, the ``EVENT_FINISH`` branch, engine.py:279-302) books
+  at once, at time f, u's one transfer to each other device e holding a reader (device by device),
+  by ``channels.book`` (channels.py:71-94). Events are taken in time order, so booking times never
+  fall along the booking order. ``book`` begins a transfer at max(f, the free time of each channel it
+  holds) and sets those free times to its *hold end* (begin + duration; a ``pipelined`` pair: begin +
+  duration - the latency, 0 for a fixed time); a free time is 0 or the hold end of the last transfer
+  booked on that channel. Memory (``sim/engine.memory_events``, engine.py:434, 440, 481): the
+  received copy takes u's whole output bytes on e from the transfer's begin until u's last reader on
+  e finishes, and u's output stays on d until its transfers end.
+
+*Lemma E (eager transfer).* A transfer x booked at f either begins at f, or every instant t of
+[f, begin(x)) lies in [begin(y), hold end(y)) for some transfer y booked before x (so at or before
+f). So at any t in [f, finish of u's last reader on e), u's output (whole) is on e, unless some
+transfer booked before x holds a channel at t (then it is on d: x has not begun). Proof, by induction
+along the booking order (the first booking begins at f: every free time is 0 <= f). Let t be in [f,
+begin(x)). Then begin(x) > f, so begin(x) is the free time of a channel x holds, the hold end of
+the last transfer y booked on it before x (not 0 > t >= 0). If begin(y) <= t, y holds at t (t <
+hold end(y) = begin(x)). Else begin(y) > t >= f >= booking(y) (F5), so t lies in [booking(y),
+begin(y)) and, by induction, in the hold interval of a transfer booked before y, so before x. The
+memory clause is F5's. The transfer holding at t need not share a channel with x (a ``sequential``
+y from e to g may wait for g's channel), nor be booked before time f (x may queue behind a
+transfer booked at f itself): ``tests/test_bounds.py`` finds both stronger claims false on
+simulated runs and the lemma true on every transfer.
 
 A *unit* is a colocation group, or an op in none. An op may only go where its unit's persistent
 bytes fit, with room for the output and temporaries of each of its ops that takes time there (F3,
