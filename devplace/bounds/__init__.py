@@ -82,7 +82,7 @@ def lower_bounds(graph, cluster) -> dict:
     rel = relaxation(graph, cluster)
     bounds = {
         "critical_path_us": critical_path_us(graph, rel),
-        "comm_path_us": comm_path_us(graph, rel),
+        "comm_path_us": comm_path_us(rel),
         "work_us": work_us(rel),
         "largest_group_us": largest_group_us(rel),
         "interval_work_us": interval_work_us(graph, cluster, rel),

@@ -19,7 +19,7 @@ def critical_path_us(graph, rel: Relaxation) -> float:
     return float(_longest_paths(graph, rel.fastest_us, edge_us)[0].max(initial=0.0))
 
 
-def comm_path_us(graph, rel: Relaxation) -> float:
+def comm_path_us(rel: Relaxation) -> float:
     """The longest path once joins and forks pay for running their neighbours side by side, and
     joins for the branches from their forks: the largest, over ops j, of head_j + p_j + tail_j
     (``comm_windows``, raised by ``fork_join_windows``).

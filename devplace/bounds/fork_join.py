@@ -227,7 +227,7 @@ def _from_end(end, j, ops, inside, adj_ptr, adj_edge, edge_other, time_us, cut_u
 @njit(cache=True)
 def _window_us(f, j, region, inside, pred_ptr, pred_edge, edge_src, succ_ptr, succ_edge, edge_dst, time_us, cut_us,
                e_us, q_us, in_us, out_us, least, path_us, path_cut):
-    """X(f, j) of ``fork_join_us`` over ``region`` (in topological order)."""
+    """X(f, j) of ``fork_join_windows`` over ``region`` (in topological order)."""
     m = region.shape[0]
     _from_end(f, j, region, inside, pred_ptr, pred_edge, edge_src, time_us, cut_us, e_us, least, path_us, path_cut,
               in_us)

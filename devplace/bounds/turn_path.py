@@ -14,7 +14,7 @@ from devplace.placers._highs import highs_solver
 from devplace.transforms.coplacement import join_pairs
 
 
-def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_limit_s: float = 60.0) -> float:
+def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500) -> float:
     """The critical path pays the costliest cut it needs so that the activations held at the
     forward/backward turn fit on the devices it visits: ``critical_path_us`` + theta, theta the
     least threshold at which a small program over blocks of the path is not proven infeasible.
@@ -32,8 +32,9 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     units, x's output and temporaries (with x's block) and sum_i bytes_i w[i, d] are at most its
     memory. Coarser blocks only constrain more, so fits is monotone in t. Let t0 be the least t (0
     or a path edge's cut cost) whose next smaller candidate HiGHS proves infeasible (a binary
-    search; a node or time limit counts as "fits": it never raises the bound), k the fewest devices
-    whose memories hold the rows' total bytes, f the always-cut path edges, and S(r) the sum of the
+    search; a node limit counts as "fits": it never raises the bound, and with no time limit the
+    bound depends only on its inputs), k the fewest devices whose memories hold the rows' total
+    bytes, f the always-cut path edges, and S(r) the sum of the
     r cheapest cut costs of the other path edges between two units. The bound is the critical path
     plus max(t0 + S(k - 2 - f), S(k - 1 - f)).
 
@@ -84,7 +85,7 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
     if np.any(rel.allowed[path_units].all(axis=0) & (held <= cluster.memory_bytes)):
         return base_us          # all of it fits one device: no cut is forced (fits(0), k = 1)
     fits = _TurnBlocks(cluster, rel.allowed[path_units], fixed, ends, src_col, dst_col, joinable, cost,
-                       max_nodes, time_limit_s)
+                       max_nodes)
     if not fits(candidates[-1]):
         raise OutOfMemoryError(
             f"the outputs held when {graph.names[x]!r} starts cannot be spread over the cluster's "
@@ -107,11 +108,11 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500, time_lim
 class _TurnBlocks:
     """``fits(t)`` of ``turn_path_us``: False only when HiGHS proves the program infeasible."""
 
-    def __init__(self, cluster, allowed, fixed, ends, src_col, dst_col, joinable, cost, max_nodes, time_limit_s):
+    def __init__(self, cluster, allowed, fixed, ends, src_col, dst_col, joinable, cost, max_nodes):
         self.cluster, self.allowed, self.fixed = cluster, allowed, fixed
         self.item_a, self.item_b, self.item_bytes = ends
         self.src_col, self.dst_col, self.joinable, self.cost = src_col, dst_col, joinable, cost
-        self.max_nodes, self.time_limit_s = max_nodes, time_limit_s
+        self.max_nodes = max_nodes
         self.alike = (len(set(cluster.device_kinds)) == 1
                       and bool(np.all(cluster.memory_bytes == cluster.memory_bytes[0])))
 
@@ -172,7 +173,7 @@ class _TurnBlocks:
         integer = np.zeros(n_col, bool)
         integer[:w0] = True
         solver = highs_solver(matrix, np.zeros(n_col), lower, upper, row_lo, row_hi, integer,
-                              time_limit=float(self.time_limit_s), random_seed=0, threads=1,
+                              random_seed=0, threads=1,
                               mip_max_nodes=int(self.max_nodes))
         solver.run()
         return solver.getModelStatus() != highspy.HighsModelStatus.kInfeasible
