@@ -145,7 +145,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--search", nargs=3, metavar=("MODEL", "SEED", "OUT"))
     parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
-                        help="a sim-search option for --search, e.g. channel_rank_factors=[2]")
+                        help="a sim-search option for --search, e.g. order_descent_evals=0")
     parser.add_argument("--waits", metavar="START")
     parser.add_argument("--order-descent", nargs="+", metavar="START")
     parser.add_argument("--order-descent-evals", type=int, default=None, help="default: the search's")

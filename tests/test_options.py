@@ -29,7 +29,7 @@ def test_unknown_option_names_the_valid_ones():
 
 @pytest.mark.parametrize("algo, key, value", [
     ("heft", "insertion", "yes"), ("metis", "imbalance", "a lot"), ("m-sct", "threshold", True),
-    ("sim-search", "max_evals", 1.5), ("sim-search", "coarse_units", "layers"),
+    ("sim-search", "max_evals", 1.5), ("pipeline-partition", "method", "layers"),
 ])
 def test_mistyped_option_is_refused_by_name(algo, key, value):
     with pytest.raises(PlacementError, match=f"'{key}' of placer '{algo}'"):

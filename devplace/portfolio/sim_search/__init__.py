@@ -25,7 +25,7 @@ So this placer
    whole-layer move each step until none is faster;
 3. every so often re-orders the schedule (upward rank of the current placement, topological, or
    topological with updates first).
-4. last, on graphs of a thousand ops or more while the gap is still wide, solves exact's
+4. then, on graphs of a thousand ops or more while the gap is still wide, solves exact's
    mixed-integer program on the step coarsened to ``coarse_mip_groups`` layer groups and anneals
    ``coarse_mip_rounds`` rounds from its placement (``coarse_mip.py``): a start no local move
    reaches (ResNet-50 at 30% memory: 568.9 -> 541.5 ms);
@@ -78,8 +78,8 @@ the gap is still wide, one more round runs under each *virtual memory cap* (``vi
 the one-device peak) below the devices' memory: from the best if it fits the cap, else from a
 cheapest cut planned for the cap, every candidate judged against the cap. What fits a lower cap
 fits the devices, so these rounds need no check after; the cap turns the annealing away from
-moves ample memory allows, and coming last they cannot change the rounds before them (so they
-never make the result slower; on the full-size zoo they take 0-1.6% off). Where every device holds at
+moves ample memory allows, and coming after the rounds they cannot change them (on the full-size
+zoo they take 0-1.6% off; the tracks below start from the best they leave). Where every device holds at
 least the largest of ``canonical_caps`` x the one-device peak (graphs of 1,000 ops up to the size that
 gets every extra round; larger graphs have the one cap ``large_graph_canonical_cap``), all of the
 above runs once per cap with the memory cut to it, and the fastest of those and of the one-device

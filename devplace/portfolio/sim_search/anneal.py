@@ -94,6 +94,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     returns what stopped them and how many ran."""
     config = search.config
     if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0 or not search.graph.n_ops:
+        search.fitting = None
         return "evals", 0      # nothing to move, or nothing beats a zero step time
     starts = sorted(search.fitting, key=lambda start: start[0])
     search.fitting = None
@@ -127,7 +128,7 @@ def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) ->
     device's memory, while the gap stays above ``target_gap``: from the best if it fits the cap, else
     from the fastest cheapest cut planned for the cap that fits it, annealed under the cap. Whatever
     they offer fits the cap, hence the devices. They come after the other rounds, so those run as
-    without them, and these can only make the result faster."""
+    without them; the tracks after them start from the best they leave."""
     config = search.config
     if not config.virtual_caps or bound_us is None:
         return "evals", rounds

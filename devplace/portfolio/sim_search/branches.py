@@ -2,9 +2,8 @@
 mirror them and the weights they read (with optimizer state and update) move to a device together.
 
 An Inception or NASNet cell forks its input into several branches that meet again at a join (a
-concat). The annealing moves one unit (a forward op with its backward ops) or a run of them, and
-round 12 moved backward stretches alone; neither carries a whole branch with its weights in one
-step, so a branch that would run beside its siblings on another GPU is never tried whole.
+concat). The annealing moves one unit (a forward op with its backward ops) or a run of them;
+neither carries a whole branch with its weights in one step, so a branch that would run beside its siblings on another GPU is never tried whole.
 
 Pieces (``branch_pieces``), from the forward pass alone (ops that have an input, edges among
 them; nothing read from names): each forward op's join is its immediate post-dominator (every
@@ -22,8 +21,8 @@ The track (``_branch_rounds``) runs after the recurrence track, while the gap is
 graph has such cells: a greedy descent over whole-piece moves from the best as it is (laid out by
 piece, Inception-V3's best was 441.5 ms) and from ``branch_starts`` - 1 random piece maps (from
 the search's seeded rng), sharing ``branch_evals``; then annealing rounds from the fastest end
-(``grad_blocks._piece_track``). It runs after every other default phase, so it only offers
-placements: for the same seed no result is slower than without it. At 30% memory, seed 0: NASNet 120.48 -> 114.54 ms (the descent alone
+(``grad_blocks._piece_track``). It only offers placements, so the search's best is never slower
+for it; the phases after it start from that best. At 30% memory, seed 0: NASNet 120.48 -> 114.54 ms (the descent alone
 116.41; the same rounds without the descent 116.90), Inception-V3 234.99 -> 233.47 ms (the
 descent alone 233.97; rounds without it 233.08: there the branch moves add nothing measurable).
 """

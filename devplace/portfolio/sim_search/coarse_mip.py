@@ -28,8 +28,8 @@ best): ``max_rounds``, then up to ``coarse_mip_rounds`` while the track's best i
 ``coarse_mip_behind`` of the best found (ResNet-50: seeds 0-3 gain 0.3-9.7 ms in rounds 9-16;
 Transformer, Inception-V3, NASNet: the track stays 5-6% behind after 8). The track runs after
 the other rounds, only while the gap is above ``target_gap``, on graphs of at least
-``coarse_mip_min_ops`` ops whose groups do not interleave (``MAX_PIECES_PER_GROUP``); it can
-only make the result faster.
+``coarse_mip_min_ops`` ops whose groups do not interleave (``MAX_PIECES_PER_GROUP``); it only
+offers placements, and the phases after it start from the best it leaves.
 """
 
 from __future__ import annotations

@@ -62,9 +62,6 @@ class SearchConfig:
         "relative weights of the moves (move, swap, run, pull, unload, layer)")
     critical_share: float = option(0.6, "chance a move starts from a unit on the critical path")
     coarse_share: float = option(0.5, "chance a move acts on co-placement groups rather than colocation units")
-    coarse_units: str = option(
-        "coplacement", "coarse units: coplacement groups, leaders (a forward op and its backward ops), or auto "
-        "(leaders when one co-placement group holds over half the ops)", choices=("coplacement", "leaders", "auto"))
     run_max_units: int = option(16, "longest run of units a run move shifts")
     reorder_every: int = option(100, "evals between tries of other schedule orders")
     pipeline_starts: bool = option(True, "try consecutive stages as starts: the forward pass balanced by bytes, and "

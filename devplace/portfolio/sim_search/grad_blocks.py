@@ -21,8 +21,8 @@ block and from ``grad_block_starts`` - 1 random block maps (drawn from the searc
 sharing ``grad_block_evals``; then annealing rounds from the fastest end, as the coarse MIP track
 does (``anneal._track_rounds``). RNNLM at 30%: the descents end at 93.95-94.45 ms (93.95 is the
 best of all 11,051 block maps up to relabelling the GPUs), and annealing from the fastest reaches
-79.56 / 79.83 / 80.46 ms at seeds 0 / 1 / 2 (``benchmarks/coarse_mip_start.py``). It runs after
-every other phase, so it only makes the result faster for the same seed.
+79.56 / 79.83 / 80.46 ms at seeds 0 / 1 / 2 (``benchmarks/coarse_mip_start.py``). It only offers
+placements, so the search's best is never slower for it; the phases after it start from that best.
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
 
         looser = cluster.with_memory_bytes(memory * factor)
         report["up"] = up = {"memory_gib": [float(m) / GIB for m in looser.memory_bytes]}
-        # no order descent inside: the up track's best is repaired into other devices anyway
+        # no order descent inside: the up track must start from the larger memory's best as it is when
+        # that search's down direction begins, which is before its order descent (the guarantee above)
         loose = place(graph, looser, seed=search.seed,
                       options=dataclasses.replace(config, loose_memory_factor=1.0, order_descent_evals=0))
         search.evals += loose.options["evals"]

@@ -31,8 +31,8 @@ least one block's weight is recurrent: a greedy descent over whole-piece moves f
 out by piece and from ``recurrence_starts`` - 1 random piece maps (from the search's seeded rng),
 sharing ``recurrence_evals``; then annealing rounds from the fastest end (``grad_blocks._piece_track``).
 RNNLM at 30% memory, seed 0: the descent from the best (79.56 ms) ends at 79.27 ms, and 16 rounds
-from there at 77.77 ms. It runs after every other default phase, so it only offers placements: for
-the same seed no result is slower than without it. Nothing is read from names: the structure comes from the graph's roles,
+from there at 77.77 ms. It only offers placements, so the search's best is never slower for
+it; the phases after it start from that best. Nothing is read from names: the structure comes from the graph's roles,
 colocation groups and edges.
 """
 

@@ -28,7 +28,8 @@ def one_device_peak_bytes(sim: Simulator) -> float:
 
 
 class _Search:
-    """The simulator, the units and the incumbent; ``evaluate`` is the only way a placement is judged."""
+    """The simulator, the units and the incumbent; ``step_us``, ``measure`` and ``examine`` are the only ways
+    a placement is judged."""
 
     def __init__(self, graph, cluster, config: SearchConfig, seed: int):
         from devplace.transforms import colocation_units, coplacement_groups
@@ -56,9 +57,6 @@ class _Search:
         self.move_names = [name for name, _ in moves]      # the annealing's moves and their chances
         self.move_p = np.array([w for _, w in moves], dtype=float)
         self.move_p /= self.move_p.sum() if moves else 1.0
-        degenerate = self.coarse.n_units > 0 and np.bincount(self.coarse.unit_of).max() > graph.n_ops / 2
-        if config.coarse_units == "leaders" or (config.coarse_units == "auto" and degenerate):
-            self.coarse = leader_units(graph, closed=True, rank=self.step_rank)
         self.worst_bytes = self._worst_bytes()
         # what a candidate must fit: each device's memory, or below it a round's virtual cap (``capped``)
         self.real_cap_bytes = self.cap_bytes = usable_memory_bytes(cluster)
@@ -73,7 +71,7 @@ class _Search:
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
         self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
         self.pipeline_cuts = 0          # pipeline starts judged, fitting or not
-        self.cheap_cuts = 0             # cheapest-cut starts judged (those whose stages' bytes fit)
+        self.cheap_cuts = 0             # cheapest-cut stage counts judged at the memory, fitting or not
         self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
         self.repair_report: dict = {}
         self.coarse_mip_report: dict = {}
