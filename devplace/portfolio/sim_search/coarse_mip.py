@@ -151,9 +151,8 @@ def _coarse_mip_start(search: _Search) -> tuple | None:
 def _coarse_mip_rounds(search: _Search, bound_us: float | None) -> None:
     """The track from the coarse MIP start (module docstring); what it did goes to ``coarse_mip_report``."""
     config = search.config
-    if (config.coarse_mip_groups < 1 or config.coarse_mip_rounds < 1 or search.n_dev < 2
-            or search.graph.n_ops < config.coarse_mip_min_ops or bound_us is None
-            or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+    if (config.coarse_mip_groups < 1 or search.graph.n_ops < config.coarse_mip_min_ops
+            or not search.late_phase_may_run(bound_us, config.coarse_mip_rounds)):
         return
     search.coarse_mip_report.update(before_us=search.best[0])
     home = _coarse_mip_start(search)

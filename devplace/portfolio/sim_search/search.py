@@ -185,9 +185,9 @@ class _Search:
         return [("topological order", None)] + later
 
     def late_phase_may_run(self, bound_us: float | None, evals: int) -> bool:
-        """Whether a phase after the rounds (a piece track, the order descent) with ``evals`` may run:
-        a budget, two devices or more, a bound (the nominal step time), time left and the best still
-        more than ``target_gap`` above the bound."""
+        """Whether a phase after the rounds (the coarse MIP, a piece track, the order descent) with
+        ``evals`` (or rounds) may run: a budget, two devices or more, a bound (the nominal step time),
+        time left and the best still more than ``target_gap`` above the bound."""
         return (evals > 0 and self.n_dev >= 2 and bound_us is not None and self.graph.n_ops > 0
                 and not self.out_of_time() and self.best[0] > bound_us * (1.0 + self.config.target_gap))
 
