@@ -121,7 +121,6 @@ from devplace.portfolio.sim_search.branches import _branch_rounds
 from devplace.portfolio.sim_search.canonical import best_one_device, canonical_caps_bytes
 from devplace.portfolio.sim_search.coarse_mip import _coarse_mip_rounds
 from devplace.portfolio.sim_search.config import GIB, NAME, SearchConfig, log
-from devplace.portfolio.sim_search.folded import _folded_start
 from devplace.portfolio.sim_search.grad_blocks import _gradient_block_rounds
 from devplace.portfolio.sim_search.layers import (
     _layer_descent_starts, _layer_descents, _layer_search, _layer_search_starts, interleaved_layers,
@@ -153,7 +152,6 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
-    _folded_start(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best

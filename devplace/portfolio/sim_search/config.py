@@ -72,14 +72,6 @@ class SearchConfig:
     pipeline_rebalance: int = option(3, "cuts per stage count, each re-weighting a stage by its simulated peak")
     pipeline_shifts: int = option(12, "simulator calls shifting the boundaries of the least overflowing cut "
                                       "(per stage count and balance) until it fits")
-    folded_plans: int = option(24, "folded pipelines (the first device also holds the last stage) simulated as a start "
-                                  "where the step's held bytes need every device (0: none; folded.py)")
-    folded_candidates: int = option(48, "a folded plan's boundaries: the cheapest of each of this many windows of "
-                                        "equal held bytes")
-    folded_slack: float = option(1.1, "folded plans whose fullest device's estimated need is at most this x its memory")
-    folded_descents: int = option(4, "the folded plans of least (overflow, step) that the boundary descent starts from")
-    folded_window: int = option(12, "the folded start's descent moves units within this many leader units of a boundary")
-    folded_descent_evals: int = option(1500, "simulator calls at most for the folded start's boundary descent")
     layer_descent_evals: int = option(4000, "simulator calls for the layer descents after the annealing (where layers "
                                             "interleave: the fastest whole-layer move each step, from the annealing's "
                                             "best, the best start and the expert; 0: none)")
