@@ -135,16 +135,24 @@ class Layouts:
         return {name: int(np.bincount(devices[self.block_of == k], minlength=self.cluster.n_devices).argmax())
                 for k, name in enumerate(self.names)}
 
-    def descent(self, layout: dict[str, int], pairs: bool = True) -> tuple[float, dict[str, int], int]:
+    def descent(self, layout: dict[str, int], pairs: bool = True,
+                tied: dict[str, str] | None = None) -> tuple[float, dict[str, int], int]:
         """Greedy descent over block moves (one block to another GPU; with ``pairs``, also two blocks
-        swapping GPUs) until none is faster: (step us, layout, moves taken)."""
-        step, moves = self.step_us(layout)[0], 0
+        swapping GPUs) until none is faster: (step us, layout, moves taken). A block in ``tied`` (follower:
+        leader) moves with its leader only."""
+        tied = tied or {}
+        movable = [name for name in self.names if name not in tied]
+
+        def follow(candidate: dict[str, int]) -> dict[str, int]:
+            return {**candidate, **{follower: candidate[leader] for follower, leader in tied.items()}}
+
+        step, moves = self.step_us(follow(layout))[0], 0
         while True:
-            candidates = [{**layout, name: d} for name in self.names for d in range(self.cluster.n_devices)
+            candidates = [follow({**layout, name: d}) for name in movable for d in range(self.cluster.n_devices)
                           if d != layout[name]]
             if pairs:
-                candidates += [{**layout, a: layout[b], b: layout[a]}
-                               for a, b in itertools.combinations(self.names, 2) if layout[a] != layout[b]]
+                candidates += [follow({**layout, a: layout[b], b: layout[a]})
+                               for a, b in itertools.combinations(movable, 2) if layout[a] != layout[b]]
             scored = min(((self.step_us(c)[0], k) for k, c in enumerate(candidates)), default=(np.inf, -1))
             if scored[0] >= step:
                 return step, layout, moves
@@ -262,9 +270,11 @@ def main() -> None:
     descents = {}
     for name, start in (("the 8 GiB best by block", layouts.layout_of(eight.devices)),
                         ("the wavefront's best", out["wavefront"]["layout"])):
-        step, layout, moves = layouts.descent(dict(start))
-        descents[name] = {"step_ms": step / 1e3, "moves": moves, "layout": layout}
-        print(f"(c) descent from {name}: {step / 1e3:.3f} ms, {moves} moves", flush=True)
+        for tied in ({"cls_w": "cls"}, {}):     # the classifier's weights with it (one layer), or apart
+            step, layout, moves = layouts.descent(dict(start), tied=tied)
+            key = f"{name}, {'classifier weights tied' if tied else 'every block apart'}"
+            descents[key] = {"step_ms": step / 1e3, "moves": moves, "layout": layout}
+            print(f"(c) descent from {key}: {step / 1e3:.3f} ms, {moves} moves", flush=True)
     out["block_descents"] = descents
     cap_bytes = float(cluster.with_memory_fraction(0.3).memory_bytes.min())
     out["unpinned_by_hand"] = unpinned_by_hand(layouts, eight.devices, eight.priority, cap_bytes)
