@@ -21,7 +21,7 @@ The track (``_branch_rounds``) runs after the recurrence track, while the gap is
 graph has such cells: a greedy descent over whole-piece moves from the best as it is (laid out by
 piece, Inception-V3's best was 441.5 ms) and from ``branch_starts`` - 1 random piece maps (from
 the search's seeded rng), sharing ``branch_evals``; then annealing rounds from the fastest end
-(``grad_blocks._piece_track``). It only offers placements, so the search's best is never slower
+(``piece_track._piece_track``). It only offers placements, so the search's best is never slower
 for it; the phases after it start from that best. At 30% memory, seed 0: NASNet 120.48 -> 114.54 ms (the descent alone
 116.41; the same rounds without the descent 116.90), Inception-V3 234.99 -> 233.47 ms (the
 descent alone 233.97; rounds without it 233.08: there the branch moves add nothing measurable).
@@ -36,7 +36,7 @@ import numpy as np
 from devplace.bounds.fork_join import MAX_REGION_OPS
 from devplace.graph import Role
 from devplace.placers._layers import UnitLayers
-from devplace.portfolio.sim_search.grad_blocks import _piece_track
+from devplace.portfolio.sim_search.piece_track import _piece_track
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search

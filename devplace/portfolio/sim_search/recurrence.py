@@ -29,7 +29,7 @@ Weights with no gradient block keep everything in their layer.
 The track runs after the gradient block track, where that track runs (``grad_block_share``) and at
 least one block's weight is recurrent: a greedy descent over whole-piece moves from the best laid
 out by piece and from ``recurrence_starts`` - 1 random piece maps (from the search's seeded rng),
-sharing ``recurrence_evals``; then annealing rounds from the fastest end (``grad_blocks._piece_track``).
+sharing ``recurrence_evals``; then annealing rounds from the fastest end (``piece_track._piece_track``).
 RNNLM at 30% memory, seed 0: the descent from the best (79.56 ms) ends at 79.27 ms, and 16 rounds
 from there at 77.77 ms. It only offers placements, so the search's best is never slower for
 it; the phases after it start from that best. Nothing is read from names: the structure comes from the graph's roles,
@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from devplace.graph import Role
-from devplace.portfolio.sim_search.grad_blocks import _piece_track, gradient_blocks, gradient_owner
+from devplace.portfolio.sim_search.grad_blocks import gradient_blocks, gradient_owner
+from devplace.portfolio.sim_search.piece_track import _piece_track
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.search import _Search
