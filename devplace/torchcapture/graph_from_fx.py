@@ -8,11 +8,7 @@ an edge through them joins the ATen ops on either side.
 Edges: each data dependency (bytes of the tensor passed); an edge from a storage's owner to every
 op that reads an alias of it (0 bytes), so the owner's output stays allocated while a view of it
 is in use; and an edge from every earlier reader of a storage to an op that writes it in place
-(0 bytes), so no placement can run an update before the reads it must follow, unless a path of
-other edges already orders the two. An edge keeps its source's output allocated until its
-destination has run (the simulator cannot tell an ordering edge from a read), so a redundant one
-from, say, the classifier's logits matmul to its weight's update (which follows it anyway through
-the loss and the gradient) would hold the logits to the end of the step.
+(0 bytes), so no placement can run an update before the reads it must follow.
 """
 
 from __future__ import annotations
@@ -115,20 +111,10 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
 
     edges: dict[tuple[str, str], float] = {}
     readers: dict[int, list[str]] = {}  # storage key -> ops that read it so far
-    position = {node.name: i for i, node in enumerate(stats.nodes)}
-    ancestors: dict[str, int] = {}  # op -> bitset (by position) of the ops with a path to it
-    incoming: set[str] = set()  # sources of the edges into the op being built
 
     def add(src: str, dst: str, nbytes: float) -> None:
         if src != dst:
             edges[(src, dst)] = max(edges.get((src, dst), 0.0), nbytes)
-            incoming.add(src)
-
-    def reach(srcs) -> int:
-        out = 0
-        for src in srcs:
-            out |= ancestors.get(src, 0) | (1 << position[src])
-        return out
 
     producers = _producer_resolver(is_op)
     last_writer: dict[int, str] = {}  # storage key -> the op that last wrote it in place
@@ -136,7 +122,6 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
         if node.op == "placeholder":
             continue
         read_keys: set[int] = set()
-        incoming.clear()
         for arg in node.all_input_nodes:
             for src, nbytes in producers(arg):
                 add(src, node.name, nbytes)
@@ -148,15 +133,11 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
                 add(owner, node.name, 0.0)
             if key in last_writer:  # an in-place op returning nothing (multi-tensor) has no data edge
                 add(last_writer[key], node.name, 0.0)
-        before = reach(incoming)  # the ops already ordered before this one
         for target in mutated_args(node):
             for t in tensors_in(target.meta.get("val")):
-                for reader in reversed(readers.get(storage_key(t), [])):  # the latest first: they may order the others
-                    if not (before >> position[reader]) & 1:  # else the edge would only pin its output
-                        add(reader, node.name, 0.0)
-                        before |= reach((reader,))
+                for reader in readers.get(storage_key(t), []):
+                    add(reader, node.name, 0.0)
                 last_writer[storage_key(t)] = node.name
-        ancestors[node.name] = before
         for key in read_keys:
             readers.setdefault(key, []).append(node.name)
     for (src, dst), nbytes in edges.items():

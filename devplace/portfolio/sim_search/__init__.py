@@ -108,7 +108,6 @@ messages to the ``logging`` logger of this module (under ``devplace``).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import numpy as np
@@ -132,6 +131,7 @@ from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
 from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts
+from devplace.portfolio.sim_search.unpinned import _unpinned_capped_start, _unpinned_if_faster, capped_config
 
 
 @register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order",
@@ -152,6 +152,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
+    _unpinned_capped_start(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
@@ -197,15 +198,14 @@ def _canonical_place(graph, cluster, seed: int, config: SearchConfig, caps_bytes
         budget_s = config.time_budget_s
         left_s = None if budget_s is None else max(budget_s - (time.perf_counter() - began), 0.0)
         # no looser-memory track inside: it would run a whole search more per cap
-        capped_config = dataclasses.replace(config, canonical_caps=(), large_graph_canonical_cap=0.0,
-                                            loose_memory_factor=1.0, time_budget_s=left_s)
         capped.append(place(graph, cluster.with_memory_bytes(np.minimum(cluster.memory_bytes, cap)), seed=seed,
-                            options=capped_config))
+                            options=capped_config(config, left_s)))
     best = min(capped, key=lambda placement: placement.options["step_us"])
     search = _Search(graph, cluster, config, seed)     # the real memory: judges the one-device placements
     one_us, one_devices, one_priority, one_how = best_one_device(search)
     options = dict(best.options)
     devices, priority = best.devices, best.priority
+    devices, priority = _unpinned_if_faster(search, devices, priority, options)
     if one_us < options["step_us"]:
         devices, priority = one_devices, one_priority
         options.update(step_us=one_us, found_by=one_how)
