@@ -117,7 +117,7 @@ from devplace.placement import Placement
 from devplace.placers import register
 from devplace.portfolio.sim_search.anneal import _lower_bound_us, _rounds
 from devplace.portfolio.sim_search.branches import _branch_rounds
-from devplace.portfolio.sim_search.canonical import best_one_device, canonical_caps_bytes
+from devplace.portfolio.sim_search.canonical import best_one_device, canonical_caps_bytes, capped_config
 from devplace.portfolio.sim_search.coarse_mip import _coarse_mip_rounds
 from devplace.portfolio.sim_search.config import GIB, NAME, SearchConfig, log
 from devplace.portfolio.sim_search.grad_blocks import _gradient_block_rounds
@@ -131,7 +131,7 @@ from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
 from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts
-from devplace.portfolio.sim_search.unpinned import _unpinned_capped_start, _unpinned_if_faster, capped_config
+from devplace.portfolio.sim_search.unpinned import _unpinned_capped_start, _unpinned_if_faster
 
 
 @register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order",

@@ -35,6 +35,7 @@ there the fastest placement with ample memory often keeps more than the cap on o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,13 @@ from devplace.sim import Simulator
 
 if TYPE_CHECKING:
     from devplace.portfolio.sim_search.config import SearchConfig
+
+
+def capped_config(config: SearchConfig, time_budget_s: float | None) -> SearchConfig:
+    """The options of a search under a canonical cap: no caps and no looser-memory track inside (each
+    would run a whole search more)."""
+    return dataclasses.replace(config, canonical_caps=(), large_graph_canonical_cap=0.0,
+                               loose_memory_factor=1.0, time_budget_s=time_budget_s)
 
 
 def canonical_caps_bytes(graph, cluster, config: SearchConfig, peak_bytes: float | None = None) -> list[float]:

@@ -15,7 +15,7 @@ gradient once back) to another GPU frees the 586 MiB: 218.558 ms, within 2.4 GiB
 Where it runs: graphs too large for every extra round (the one canonical cap, ``canonical.py``) at a
 memory below that cap (where the search runs as before the caps), when some output of at least
 ``unpin_min_share`` of the smallest device's memory is pinned. It runs the capped search (the same
-run, same seed, as every memory above the cap: ``capped_config``), moves each output's pinning groups
+run, same seed, as every memory above the cap: ``canonical.capped_config``), moves each output's pinning groups
 (largest output first) to the device where the step is fastest, least over memory first (judged in
 the placement's own order and the search's orders), and offers the result as a start. Above the cap
 ``_canonical_place`` judges the same unpinned placement against its memory, so what this start gives
@@ -25,24 +25,16 @@ Cost: one search more (GNMT at 30%: the capped search's evals, about 13,500).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from devplace.graph import Role
+from devplace.portfolio.sim_search.canonical import capped_config
 
 if TYPE_CHECKING:
-    from devplace.portfolio.sim_search.config import SearchConfig
     from devplace.portfolio.sim_search.search import _Search
-
-
-def capped_config(config: SearchConfig, time_budget_s: float | None) -> SearchConfig:
-    """The options of a search under a canonical cap: no caps and no looser-memory track inside (each
-    would run a whole search more)."""
-    return dataclasses.replace(config, canonical_caps=(), large_graph_canonical_cap=0.0,
-                               loose_memory_factor=1.0, time_budget_s=time_budget_s)
 
 
 def pinning_groups(graph, min_bytes: float) -> list[tuple[int, np.ndarray]]:
@@ -57,11 +49,13 @@ def pinning_groups(graph, min_bytes: float) -> list[tuple[int, np.ndarray]]:
             for u in outputs]
 
 
-def unpinned(search: _Search, devices: np.ndarray, priority: np.ndarray | None):
-    """``devices`` with each pinning group set (``pinning_groups``) moved off its output's device, to
-    the device with the least overflow of ``search``'s memory, then the fastest step; as
-    ``search.measure``: (overflow bytes, step us, devices, priority), or None with nothing pinned."""
-    sets = pinning_groups(search.graph, search.config.unpin_min_share * float(search.cluster.memory_bytes.min()))
+def unpinned(search: _Search, devices: np.ndarray, priority: np.ndarray | None, sets: list | None = None):
+    """``devices`` with each pinning group set (``sets``, else ``pinning_groups`` at ``unpin_min_share``)
+    moved off its output's device, to the device with the least overflow of ``search``'s memory, then
+    the fastest step; as ``search.measure``: (overflow bytes, step us, devices, priority), or None with
+    nothing pinned."""
+    if sets is None:
+        sets = pinning_groups(search.graph, search.config.unpin_min_share * float(search.cluster.memory_bytes.min()))
     best = None
     for output, ops in sets:
         base, base_priority = (devices, priority) if best is None else best[2:]
@@ -79,20 +73,22 @@ def unpinned(search: _Search, devices: np.ndarray, priority: np.ndarray | None):
     return best
 
 
-def _applies(search: _Search) -> bool:
-    """The structural gate: the start on, a graph too large for every extra round (the one canonical
-    cap), two devices or more, and an output pinned by parameter updates (module docstring)."""
+def _gated_sets(search: _Search) -> list:
+    """The pinning group sets where the start applies, else []: the start on, a graph too large for
+    every extra round (the one canonical cap), two devices or more (module docstring)."""
     config, graph = search.config, search.graph
-    return (config.unpinned_start and config.large_graph_canonical_cap > 0 and search.n_dev >= 2
-            and not config.gets_every_extra_round(graph.n_ops) and graph.n_ops >= config.canonical_cap_min_ops
-            and bool(pinning_groups(graph, config.unpin_min_share * float(search.cluster.memory_bytes.min()))))
+    if not (config.unpinned_start and config.large_graph_canonical_cap > 0 and search.n_dev >= 2
+            and not config.gets_every_extra_round(graph.n_ops) and graph.n_ops >= config.canonical_cap_min_ops):
+        return []
+    return pinning_groups(graph, config.unpin_min_share * float(search.cluster.memory_bytes.min()))
 
 
 def _unpinned_capped_start(search: _Search) -> None:
     """The start (module docstring): offered if it fits, else kept for the repair."""
     from devplace.portfolio.sim_search import place     # the capped search, as ``_canonical_place`` runs it
 
-    if not _applies(search) or search.out_of_time():
+    sets = _gated_sets(search)
+    if not sets or search.out_of_time():
         return
     config, graph, cluster = search.config, search.graph, search.cluster
     cap_bytes = config.large_graph_canonical_cap * search.one_device_peak_bytes()
@@ -103,7 +99,7 @@ def _unpinned_capped_start(search: _Search) -> None:
     capped = place(graph, cluster.with_memory_bytes(np.full(search.n_dev, cap_bytes)), seed=search.seed,
                    options=capped_config(config, left_s))
     search.evals += capped.options["evals"]
-    found = unpinned(search, capped.devices, capped.priority)
+    found = unpinned(search, capped.devices, capped.priority, sets)
     if found is not None:
         search.consider(found[2], found[3], f"unpinned capped search ({capped.options['step_us'] / 1e3:.3f} ms "
                                             f"under {cap_bytes / 2**30:.3g} GiB)")
@@ -112,7 +108,7 @@ def _unpinned_capped_start(search: _Search) -> None:
 def _unpinned_if_faster(search: _Search, devices: np.ndarray, priority: np.ndarray | None, options: dict):
     """Above the cap (``_canonical_place``, ``search`` on the real memory): the capped best unpinned where
     the start runs below the cap, taken if it fits and is faster (``options`` updated); (devices, priority)."""
-    found = unpinned(search, devices, priority) if _applies(search) else None
+    found = unpinned(search, devices, priority, _gated_sets(search))
     if found is None or found[0] > 0 or found[1] >= options["step_us"]:
         return devices, priority
     options.update(step_us=found[1], found_by=f"{options['found_by']}, unpinned")
