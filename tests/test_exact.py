@@ -10,6 +10,7 @@ import pytest
 import devplace as dp
 from devplace.errors import PlacementError
 from devplace.io.dnn_partitioning import cluster_for
+from devplace.placers import exact
 from test_bounds import brute_force, tiny_instance
 
 TOLERANCE = 1e-6
@@ -74,6 +75,30 @@ def test_a_node_limit_stops_the_search_the_same_way_every_time():
     assert runs[0].devices.tolist() == runs[1].devices.tolist()
     assert runs[0].options["mip_bound_us"] == runs[1].options["mip_bound_us"]
     assert runs[0].options["mip_bound_us"] <= brute_force(graph, cluster) * (1 + TOLERANCE)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_without_the_floor_at_devplaces_bound_the_bound_still_never_exceeds_the_brute_force_optimum(seed):
+    graph, cluster = tiny_instance(seed)
+    optimum = brute_force(graph, cluster)
+    if optimum == np.inf:
+        return
+    o = _check(graph, cluster, dp.place(graph, cluster, algo="exact", time_limit_s=10, floor_at_bound=False))
+    assert o["mip_bound_us"] <= optimum * (1 + TOLERANCE)
+
+
+def test_the_floor_ties_what_the_program_tells_apart_without_it(monkeypatch):
+    """tiny_instance(18): the program's optimum is 114 us, the simulated one 161 us. With devplace's
+    bound as strong as it can be (161), W is held there and every placement the program puts at or
+    under it ties; without the floor W is the program's own 114."""
+    graph, cluster = tiny_instance(18)
+    optimum = brute_force(graph, cluster)
+    monkeypatch.setattr(exact, "lower_bounds", lambda graph, cluster: {"best_us": optimum})
+    floored, own = (exact.solve_mip(graph, cluster, exact.ExactOptions(time_limit_s=np.inf, floor_at_bound=f), None)
+                    for f in (True, False))
+    assert floored.objective_us == pytest.approx(optimum)
+    assert own.objective_us < optimum * 0.9
+    assert own.mip_bound_us <= optimum * (1 + TOLERANCE)
 
 
 def test_bad_options_are_refused_by_name():

@@ -71,6 +71,10 @@ class ExactOptions:
     mip_rel_gap: float = option(1e-4, "HiGHS stops when incumbent / bound - 1 is below this")
     max_nodes: int = option(0, "stop after this many branch-and-bound nodes (0: no limit); unlike the time "
                                "limit, the same on every machine")
+    floor_at_bound: bool = option(True, "W starts at devplace's certified bound: a proven bound at least as "
+                                        "strong, and a stop as soon as a solution reaches it. False: W is the "
+                                        "program's own step time however far below, so placements the floor "
+                                        "would tie are told apart (the coarse MIP start)")
 
 
 @register("exact", "mixed-integer program (HiGHS, time-limited) for small graphs: the best placement it finds "
@@ -134,7 +138,9 @@ def solve_mip(graph, cluster, options: ExactOptions, first: Placement | None) ->
     rel = relaxation(graph, cluster)
     first_result = Simulator(graph, cluster).run(first) if first is not None else None
     bound_us = lower_bounds(graph, cluster)["best_us"]
-    model = _Model(graph, cluster, rel, first_result, options.max_pairs, bound_us)
+    # without the floor HiGHS's dual bound is still one on the program's optimum, so still certified
+    model = _Model(graph, cluster, rel, first_result, options.max_pairs,
+                   bound_us if options.floor_at_bound else 0.0)
     solutions, status, mip_bound_us, objective_us = model.solve(options.time_limit_s, options.mip_rel_gap,
                                                                options.max_nodes)
     placements = []
