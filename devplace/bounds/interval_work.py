@@ -109,6 +109,7 @@ def _interval_bound_us(start_us: np.ndarray, after_us: np.ndarray, p: np.ndarray
 
 PAIR_CANDIDATES = 64     # ``_pair_bound_us`` pairs the longest ops among this many
 PAIR_TRIES = 8           # and looks for a link between the ends of this many of its best pairs
+PAIR_DEPTH = 2           # pairs branched one inside another: GNMT's classifier GPU runs mm_1, mm_2 and sum_1 in turn
 LINK_EDGES = 4           # a link has at most this many edges
 LINK_VISITS = 4096       # ops a search for a link may visit
 
@@ -128,6 +129,8 @@ def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -
     ``PAIR_CANDIDATES`` longest ops, neither of which may start only after the other's earliest
     finish, whose windows at ``lo`` overlap, and which a link of at most ``LINK_EDGES`` edges joins,
     its cheapest cut as dear as ``_link`` finds (which pair and link decide only how high it gets).
+    Up to ``PAIR_DEPTH`` levels: inside each branch, the same step on the branch's windows (a pair
+    chosen on them, from the branch's bound) splits it again, and the branch's bound is the larger.
 
     Proof: take a valid placement and priority. If a link edge e = u -> v is cut, v's input from u
     arrives no earlier than u's finish plus the edge's transfer, at least head_u + p_u + c_e (F2),
@@ -139,9 +142,17 @@ def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -
     (F1, F3), so in each branch the raised heads and tails still bound every op's start and time to
     the end, and the interval argument (``interval_work_us``' proof, with these windows) bounds the
     step by that branch's bound. One branch holds in every placement: the step is at least the
-    least of them."""
+    least of them. Inside a branch, its windows bound every op of every placement in it, so the
+    same argument with them in place of the relaxation's splits the branch's placements again; its
+    bound is valid for all of them, so the sub-branches may start from it, and the least over the
+    sub-branches bounds the branch."""
+    return _pair_branches_us(graph, rel, m, lo, max_ends, rel.head_us, rel.tail_us, PAIR_DEPTH)
+
+
+def _pair_branches_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int, head: np.ndarray,
+                      tail: np.ndarray, depth: int) -> float:
+    """``_pair_bound_us`` with windows ``head`` and ``tail``, valid bound ``lo``, ``depth`` levels."""
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
-    head, tail = rel.head_us, rel.tail_us
     candidates = np.argsort(-p, kind="stable")[:PAIR_CANDIDATES]
     candidates = candidates[p[candidates] > 0]
     pairs = []
@@ -169,7 +180,10 @@ def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -
                                     raised_tail, p)
         start = max(lo, float((raised_head + p + raised_tail).max()))
         if start < bound:       # a branch only counts if it can be the least
-            bound = min(bound, _interval_bound_us(raised_head, raised_tail, p, m, start, max_ends))
+            branch_us = _interval_bound_us(raised_head, raised_tail, p, m, start, max_ends)
+            if depth > 1 and branch_us < bound:
+                branch_us = _pair_branches_us(graph, rel, m, branch_us, max_ends, raised_head, raised_tail, depth - 1)
+            bound = min(bound, branch_us)
         if bound <= lo:
             return lo
     return float(bound)
