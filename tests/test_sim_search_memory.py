@@ -147,3 +147,19 @@ def test_every_memory_above_the_large_graph_cap_gives_one_result(zoo_graphs):
                 for cluster in clusters[:2]]
     assert "canonical_caps_gib" not in uncapped[0].options
     assert uncapped[0].options["step_us"] != uncapped[1].options["step_us"]
+
+
+def test_a_graph_that_holds_no_bytes_gets_no_canonical_caps():
+    """1,000 ops with no bytes at all: the one-device peak is 0, so the caps would be devices of 0
+    bytes, which no cluster allows (it raised ClusterError before); every memory fits it anyway."""
+    from devplace.cluster import uniform_cluster
+    from devplace.graph import GraphBuilder
+
+    b = GraphBuilder(["gpu"])
+    for i in range(1000):
+        b.add_op(f"op{i}", compute_us=1.0 + i % 7)
+        if i % 10:
+            b.add_edge(f"op{i - 1}", f"op{i}")
+    placement = dp.place(b.build(), uniform_cluster(2), "sim-search", max_evals=50, max_rounds=1)
+    assert "canonical_caps_gib" not in placement.options
+    assert placement.options["step_us"] < sum(1.0 + i % 7 for i in range(1000))    # both devices used

@@ -67,6 +67,8 @@ def canonical_caps_bytes(graph, cluster, config: SearchConfig, peak_bytes: float
         return []
     if peak_bytes is None:
         peak_bytes = one_device_peak_bytes(Simulator(graph, cluster))
+    if peak_bytes <= 0:         # nothing is held: every memory fits every placement, and a zero cap is no cluster
+        return []
     caps_bytes = [fraction * peak_bytes for fraction in fractions]
     return caps_bytes if (cluster.memory_bytes >= max(caps_bytes)).all() else []
 
