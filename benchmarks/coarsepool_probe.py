@@ -1,5 +1,6 @@
 """Round 47: the coarse MIP start of zoo ResNet-50 (baechi-4x2080, 30%) alone: every solution HiGHS saved,
-expanded and judged in the search's orders (no annealing). Run from the checkout's root:
+expanded and judged in the search's orders (no annealing); [nofloor]: exact's floor_at_bound off (main's sim-search
+keeps the floor and expands only the incumbent; round 47's unfloored track is commit af57896 on its branch). Run from the checkout's root:
     PYTHONPATH=$PWD python benchmarks/coarsepool_probe.py GRAPH.json OUT.json [nofloor]"""
 import dataclasses, json, math, sys, time
 sys.path.insert(0, "benchmarks")
@@ -14,7 +15,8 @@ from devplace.costing import costed_for
 
 cl = dp.load_cluster(PRESET).with_memory_fraction(0.3)
 g = costed_for(dp.load_graph(sys.argv[1]), cl)
-config = SearchConfig(coarse_mip_floor_at_bound=sys.argv[3:4] != ['nofloor'])
+floor_at_bound = sys.argv[3:4] != ['nofloor']
+config = SearchConfig()
 search = _Search(g, cl, config, 0)
 coarse = coarse_step(g, cl, search.step_rank, config.coarse_mip_groups)
 ccl = cl.with_memory_fraction(config.coarse_mip_memory)
@@ -30,7 +32,7 @@ else:
     pickle.dump(first, open(cache, "wb"))
 t1 = time.time()
 solve = solve_mip(coarse.graph, ccl, ExactOptions(time_limit_s=math.inf, max_nodes=config.coarse_mip_nodes,
-                                                  floor_at_bound=config.coarse_mip_floor_at_bound), first)
+                                                  floor_at_bound=floor_at_bound), first)
 t2 = time.time()
 rows = []
 for k, sol in enumerate(solve.solutions):
@@ -43,7 +45,7 @@ for k, sol in enumerate(solve.solutions):
         judged[name] = (over / 2**30, step / 1e3)
     rows.append({"k": k, "coarse_sim_ms": obj / 1e3, "judged": judged})
     print(k, round(obj / 1e3, 3), judged, flush=True)
-out = {"graph": sys.argv[1], "floor_at_bound": config.coarse_mip_floor_at_bound, "status": solve.status, "nested_s": t1 - t0, "solve_s": t2 - t1, "nodes": solve.nodes, "objective_us": solve.objective_us,
+out = {"graph": sys.argv[1], "floor_at_bound": floor_at_bound, "status": solve.status, "nested_s": t1 - t0, "solve_s": t2 - t1, "nodes": solve.nodes, "objective_us": solve.objective_us,
        "first_us": solve.first_us, "rows": rows}
 print({k: v for k, v in out.items() if k != "rows"})
 json.dump(out, open(sys.argv[2], "w"))

@@ -50,8 +50,6 @@ def test_the_track_anneals_a_valid_expanded_placement_the_same_for_the_same_seed
     runs = [dp.place(g, c, "sim-search", seed=3, **SMALL) for _ in range(2)]
     report = runs[0].options["coarse_mip"]
     assert report["rounds"] == 1 and report["expanded_us"] is not None and report["nodes"] <= 20
-    # every solution HiGHS saved is judged, the start is one of them
-    assert 0 <= report["chosen"] < report["solutions"]
     assert np.array_equal(runs[0].devices, runs[1].devices)
     assert np.array_equal(runs[0].priority, runs[1].priority)
     assert runs[0].options["coarse_mip"] == runs[1].options["coarse_mip"]

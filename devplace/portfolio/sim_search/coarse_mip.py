@@ -21,16 +21,10 @@ it fits).
 Solving: exact's program (``devplace.placers.exact.solve_mip``) with sim-search's placement of
 the coarse graph as its first incumbent, stopped by HiGHS's node limit ``coarse_mip_nodes`` alone
 (no time limit): single-threaded HiGHS with a fixed seed gives the same solution for the same
-graph on every machine. Its W is not floored at devplace's bound (``coarse_mip_floor_at_bound``):
-with the floor, ResNet-50's program reached it (534.080 ms, the memory path bound) and stopped at
-the first placement its relaxation put under it, one of many, whose expansion HiGHS's tie-breaking
-decided (597.041 ms on one capture, 615.891 on the same program with 19 fewer zero-byte edges).
-Every solution HiGHS saved (its incumbent, then the earlier improving ones) is expanded to the ops
-and judged in its own start order and the search's orders; the fastest fitting is the start (the
-program's W and the simulated step disagree in order too: on ResNet-50 the 4th of 29 expands
-fastest, 580.477 ms at W 523.996). If it fits, annealing rounds run from it, each from the best
-this track found (a start slower than the best would be left by a round from the best):
-``max_rounds``, then up to ``coarse_mip_rounds`` while the track's best is within
+graph on every machine. Its incumbent is expanded to the ops and judged in the fastest fitting of
+its own start order and the search's orders. If it fits, annealing rounds run from it, each
+from the best this track found (a start slower than the best would be left by a round from the
+best): ``max_rounds``, then up to ``coarse_mip_rounds`` while the track's best is within
 ``coarse_mip_behind`` of the best found (ResNet-50: seeds 0-3 gain 0.3-9.7 ms in rounds 9-16;
 Transformer, Inception-V3, NASNet: the track stays 5-6% behind after 8). The track runs after
 the other rounds, only while the gap is above ``target_gap``, on graphs of at least
@@ -133,23 +127,22 @@ def _coarse_mip_start(search: _Search) -> tuple | None:
         nested = dataclasses.replace(config, coarse_mip_groups=0, recurrence_evals=0, loose_memory_factor=1.0,
                                      order_descent_evals=0)
         first = place(coarse.graph, cluster, options=nested)
-        limits = ExactOptions(time_limit_s=math.inf, max_nodes=config.coarse_mip_nodes,
-                              floor_at_bound=config.coarse_mip_floor_at_bound)
+        limits = ExactOptions(time_limit_s=math.inf, max_nodes=config.coarse_mip_nodes)
         solve = solve_mip(coarse.graph, cluster, limits, first)
     except OutOfMemoryError:         # the pieces' saved activations fit no split of the devices
         report.update(status="no fit")
         return None
-    report.update(status=solve.status, nodes=solve.nodes, objective_us=solve.objective_us,
-                  solutions=len(solve.solutions))
-    best, chosen = None, None
-    for k, solution in enumerate(solve.solutions):   # the incumbent first, then the earlier improving ones
-        devices = coarse.expand(solution.devices)
-        orders = [("start", coarse.expand_priority(solution.priority))] + search.orders(devices)
-        for _, priority in orders:
-            overflow, step, _ = search.measure(devices, priority)
-            if overflow == 0 and (best is None or step < best[0]):
-                best, chosen = (step, devices, priority, HOW), k
-    report.update(expanded_us=None if best is None else best[0], chosen=chosen)
+    report.update(status=solve.status, nodes=solve.nodes, objective_us=solve.objective_us)
+    if not solve.solutions:
+        return None
+    devices = coarse.expand(solve.solutions[0].devices)
+    orders = [("start", coarse.expand_priority(solve.solutions[0].priority))] + search.orders(devices)
+    best = None
+    for _, priority in orders:
+        overflow, step, _ = search.measure(devices, priority)
+        if overflow == 0 and (best is None or step < best[0]):
+            best = (step, devices, priority, HOW)
+    report.update(expanded_us=None if best is None else best[0])
     if best is not None:
         search.offer(*best)
     return best

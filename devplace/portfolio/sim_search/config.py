@@ -84,10 +84,6 @@ class SearchConfig:
                                             "pieces' persistent bytes and saved activations")
     coarse_mip_nodes: int = option(10000, "HiGHS branch-and-bound nodes for the coarse program (its only limit, "
                                           "so the same graph gives the same start on every machine)")
-    coarse_mip_floor_at_bound: bool = option(False, "the coarse program's W starts at devplace's bound of the coarse "
-                                                   "graph: off, because on ResNet-50 at 30% the program reaches that "
-                                                   "floor (534.080 ms) and stops at whichever placement got there "
-                                                   "first, which expanded to 597-616 ms by HiGHS's tie-breaking")
     coarse_mip_rounds: int = option(16, "annealing rounds from the coarse MIP start at most, each from that track's "
                                         "best; past max_rounds only while that best is within coarse_mip_behind of "
                                         "the best found")
