@@ -1,6 +1,6 @@
 """Round 47: the coarse MIP start of zoo ResNet-50 (baechi-4x2080, 30%) alone: every solution HiGHS saved,
 expanded and judged in the search's orders (no annealing); [nofloor]: exact's floor_at_bound off (main's sim-search
-keeps the floor and expands only the incumbent; round 47's unfloored track is commit af57896 on its branch). Run from the checkout's root:
+keeps the floor and expands only the incumbent; round 47's unfloored track is commit fa677ee). Run from the checkout's root:
     PYTHONPATH=$PWD python benchmarks/coarsepool_probe.py GRAPH.json OUT.json [nofloor]"""
 import dataclasses, json, math, sys, time
 sys.path.insert(0, "benchmarks")

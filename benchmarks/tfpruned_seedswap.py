@@ -8,7 +8,6 @@ Run from the checkout's root, PYTHONPATH=$PWD:
     python benchmarks/tfpruned_seedswap.py MAIN.json PRUNED.json SEED OUT.json [FRACTION=0.3] [--seed] [--groups] [KEY=VALUE ...]
 KEY=VALUE are sim-search options (Python literals), as in tfpruned_run.py."""
 import ast, json, sys, time
-import numpy as np
 sys.path.insert(0, "benchmarks")
 from reproduce_papers import PRESET
 import devplace as dp
