@@ -67,7 +67,8 @@ def test_moving_the_pinning_group_off_frees_the_output():
     # the classifier with its weight: the logits live until the update, beside the softmax and its gradient
     overflow, _, _ = search.measure(devices, None)
     assert overflow > 0
-    overflow, step_us, moved, _ = unpinned(search, devices, None)
+    sets = pinning_groups(g, search.config.unpin_min_share * float(cluster.memory_bytes.min()))
+    overflow, step_us, moved, _ = unpinned(search, devices, None, sets)
     assert overflow == 0 and step_us < np.inf
     w = [g.names.index(n) for n in ("w", "w_update")]
     assert (moved[w] == 1).all() and moved[g.names.index("logits")] == 0

@@ -146,14 +146,14 @@ def _pair_bound_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int) -
     same argument with them in place of the relaxation's splits the branch's placements again; its
     bound is valid for all of them, so the sub-branches may start from it, and the least over the
     sub-branches bounds the branch."""
-    if not np.isfinite(lo):     # no placement fits (an infinite window): nothing to branch on
-        return lo
     return _pair_branches_us(graph, rel, m, lo, max_ends, rel.head_us, rel.tail_us, PAIR_DEPTH)
 
 
 def _pair_branches_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int, head: np.ndarray,
                       tail: np.ndarray, depth: int) -> float:
     """``_pair_bound_us`` with windows ``head`` and ``tail``, valid bound ``lo``, ``depth`` levels."""
+    if not np.isfinite(lo):     # no placement fits (an infinite window): nothing to branch on
+        return lo
     p = np.ascontiguousarray(rel.fastest_us, dtype=np.float64)
     candidates = np.argsort(-p, kind="stable")[:PAIR_CANDIDATES]
     candidates = candidates[p[candidates] > 0]
@@ -183,7 +183,7 @@ def _pair_branches_us(graph, rel: Relaxation, m: float, lo: float, max_ends: int
         start = max(lo, float((raised_head + p + raised_tail).max()))
         if start < bound:       # a branch only counts if it can be the least
             branch_us = _interval_bound_us(raised_head, raised_tail, p, m, start, max_ends)
-            if depth > 1 and branch_us < bound and np.isfinite(branch_us):     # an infinite branch holds no placement
+            if depth > 1 and branch_us < bound:
                 branch_us = _pair_branches_us(graph, rel, m, branch_us, max_ends, raised_head, raised_tail, depth - 1)
             bound = min(bound, branch_us)
         if bound <= lo:

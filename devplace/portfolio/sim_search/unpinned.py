@@ -49,13 +49,10 @@ def pinning_groups(graph, min_bytes: float) -> list[tuple[int, np.ndarray]]:
             for u in outputs]
 
 
-def unpinned(search: _Search, devices: np.ndarray, priority: np.ndarray | None, sets: list | None = None):
-    """``devices`` with each pinning group set (``sets``, else ``pinning_groups`` at ``unpin_min_share``)
-    moved off its output's device, to the device with the least overflow of ``search``'s memory, then
-    the fastest step; as ``search.measure``: (overflow bytes, step us, devices, priority), or None with
-    nothing pinned."""
-    if sets is None:
-        sets = pinning_groups(search.graph, search.config.unpin_min_share * float(search.cluster.memory_bytes.min()))
+def unpinned(search: _Search, devices: np.ndarray, priority: np.ndarray | None, sets: list):
+    """``devices`` with each pinning group set (``_gated_sets``) moved off its output's device, to the
+    device with the least overflow of ``search``'s memory, then the fastest step; as
+    ``search.measure``: (overflow bytes, step us, devices, priority), or None with nothing pinned."""
     best = None
     for output, ops in sets:
         base, base_priority = (devices, priority) if best is None else best[2:]
