@@ -341,7 +341,7 @@ def _memory_by_kind(graph, turn: Turn, result) -> dict:
     order = np.argsort(graph.edge_src, kind="stable")
     succ_ptr = np.searchsorted(graph.edge_src[order], np.arange(graph.n_ops + 1))
     at, device, delta, owner, n_persistent = memory_events(
-        succ_ptr, order, graph.edge_dst, devices, result.cluster.n_devices, result.start_us, result.finish_us,
+        succ_ptr, order, graph.edge_dst, graph.edge_order_only, devices, result.cluster.n_devices, result.start_us, result.finish_us,
         graph.persistent_bytes, graph.output_bytes, graph.temp_bytes, result.transfer_op, result.transfer_dst,
         result.transfer_start_us, result.transfer_end_us)
     kind = np.full(graph.n_ops, 3)                       # 3: other

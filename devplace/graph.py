@@ -69,6 +69,8 @@ class OpGraph:
     group must share a device. ``mirror[i]`` is, for a backward op, the forward op it differentiates
     (-1 otherwise). ``edge_fixed_us[e]`` is NaN unless the edge has a fixed transfer time (graphs
     that give times, not bytes), which then replaces the cluster's link model for that edge.
+    ``edge_order_only[e]`` marks an edge that only orders its ends (an in-place write after the
+    reads it must follow): it carries no bytes and does not keep its producer's output allocated.
     ``meta`` is a free-form read-only record (``devplace.frozen``); ``with_meta`` derives a graph
     with a changed one.
     """
@@ -88,6 +90,7 @@ class OpGraph:
     edge_dst: np.ndarray
     edge_bytes: np.ndarray
     edge_fixed_us: np.ndarray
+    edge_order_only: np.ndarray | None = None   # None: no edge is order-only
     meta: Mapping = field(default_factory=FrozenDict)
 
     def __post_init__(self) -> None:
@@ -97,6 +100,8 @@ class OpGraph:
             "colocation_names": tuple(self.colocation_names), "meta": freeze(dict(self.meta)),
             "compute_us": read_only_array(self.compute_us, np.float64).reshape(n, len(self.device_kinds)),
             "role": read_only_array(self.role, np.int8),
+            "edge_order_only": read_only_array(
+                np.zeros(len(self.edge_src), np.bool_) if self.edge_order_only is None else self.edge_order_only, np.bool_),
         }
         for attr in ("colocation", "mirror", "edge_src", "edge_dst"):
             converted[attr] = read_only_array(getattr(self, attr), np.int64)
@@ -206,6 +211,7 @@ class OpGraph:
             "colocation_groups": len(self.colocation_names),
             "edge_bytes": float(self.edge_bytes.sum()),
             "fixed_cost_edges": int(np.count_nonzero(~np.isnan(self.edge_fixed_us))),
+            "order_only_edges": int(np.count_nonzero(self.edge_order_only)),
             "source": self.meta.get("source", ""),
         }
 
@@ -218,7 +224,7 @@ def _validate(g: OpGraph) -> None:
         if len(getattr(g, attr)) != n:
             raise GraphError(f"field {attr!r} has {len(getattr(g, attr))} entries for {n} ops")
     n_edges = len(g.edge_src)
-    for attr in ("edge_dst", "edge_bytes", "edge_fixed_us"):
+    for attr in ("edge_dst", "edge_bytes", "edge_fixed_us", "edge_order_only"):
         if len(getattr(g, attr)) != n_edges:
             raise GraphError(f"field {attr!r} has {len(getattr(g, attr))} entries for {n_edges} edges")
     if len(set(g.names)) != n:
@@ -262,6 +268,11 @@ def _validate(g: OpGraph) -> None:
         if bad.any():
             e = int(np.flatnonzero(bad)[0])
             raise GraphError(f"{edge_name(e)} has fixed_us = {float(fixed[e])!r}: it must be >= 0 or absent")
+        carrying = g.edge_order_only & ((g.edge_bytes > 0) | ~np.isnan(fixed))
+        if carrying.any():
+            e = int(np.flatnonzero(carrying)[0])
+            raise GraphError(f"{edge_name(e)} is order_only but carries bytes or a fixed_us: an ordering edge moves "
+                             "no data (drop order_only, or its bytes and fixed_us)")
 
     n_groups = len(g.colocation_names)
     bad = (g.colocation < -1) | (g.colocation >= n_groups)
@@ -346,6 +357,7 @@ class GraphBuilder:
         self._dst: list[str] = []
         self._edge_bytes: list[float] = []
         self._edge_fixed: list[float] = []
+        self._order_only: list[bool] = []
         self.meta: dict = {}
 
     def __contains__(self, name: str) -> bool:
@@ -393,14 +405,17 @@ class GraphBuilder:
         self._mirror.append(mirror)
         return index
 
-    def add_edge(self, src: str, dst: str, *, bytes: float = 0.0, fixed_us: float | None = None) -> None:
-        """Add a tensor edge; ``fixed_us`` replaces the link model's time for it."""
+    def add_edge(self, src: str, dst: str, *, bytes: float = 0.0, fixed_us: float | None = None,
+                 order_only: bool = False) -> None:
+        """Add a tensor edge; ``fixed_us`` replaces the link model's time for it; ``order_only``: the
+        consumer runs after the producer but does not read its output."""
         if src not in self._index:
             raise GraphError(f"edge {src!r} -> {dst!r} starts at op {src!r}, which does not exist")
         self._src.append(self._index[src])
         self._dst.append(dst)
         self._edge_bytes.append(float(bytes))
         self._edge_fixed.append(math.nan if fixed_us is None else float(fixed_us))
+        self._order_only.append(bool(order_only))
 
     def build(self) -> OpGraph:
         dst = []
@@ -434,6 +449,7 @@ class GraphBuilder:
             edge_dst=np.asarray(dst, dtype=np.int64),
             edge_bytes=np.asarray(self._edge_bytes),
             edge_fixed_us=np.asarray(self._edge_fixed),
+            edge_order_only=np.asarray(self._order_only, dtype=np.bool_),
             meta=dict(self.meta),
         )
 

@@ -274,7 +274,8 @@ def graph_and_cluster(draw):
                  colocation=None if group < 0 else f"g{group}")
     for j in range(1, n):
         for i in rng.choice(j, size=min(j, int(rng.integers(0, 3))), replace=False):
-            b.add_edge(f"op{i}", f"op{j}", bytes=float(rng.choice([0, rng.uniform(1, 500)])))
+            nbytes = float(rng.choice([0, rng.uniform(1, 500)]))
+            b.add_edge(f"op{i}", f"op{j}", bytes=nbytes, order_only=nbytes == 0 and (i + j) % 2 == 0)
     g = b.build()
     n_dev = draw(st.integers(1, 4))
     need = float((g.persistent_bytes + g.output_bytes + g.temp_bytes).sum())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -79,3 +80,26 @@ def test_in_place_multi_tensor_writes_are_ordered_by_edges():
     assert by_kind["_foreach_addcmul_"] in g.successors(by_kind["_foreach_mul_"]).tolist()
     with pytest.raises(CaptureError, match="unknown optimizer update 'multi'.*foreach, fused, per-parameter"):
         dp.capture(model, x, mse, cluster="baechi-4x2080", update="multi")
+
+
+@pytest.mark.parametrize("update", ["foreach", "per-parameter"])
+def test_a_weights_update_is_ordered_after_the_logits_but_does_not_hold_them(update):
+    # The classifier's matmul reads its weight; the weight's update writes it in place, so it must run
+    # after that read: an order-only edge. Were it a read, the logits would stay allocated (an output
+    # lives until its last reader on its device) until the update, near the end of the step.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4096))
+    x, y = torch.randn(64, 8), torch.randint(0, 4096, (64,))
+    g = dp.capture(model, x, lambda out, y: nn.functional.cross_entropy(out, y), cluster="baechi-4x2080",
+                   targets=(y,), update=update)
+    logits = next(i for i in range(g.n_ops) if g.role[i] == Role.FORWARD and g.output_bytes[i] == 64 * 4096 * 4)
+    out_edges = g.succ_edge[g.succ_ptr[logits]:g.succ_ptr[logits + 1]]
+    into_updates = out_edges[g.role[g.edge_dst[out_edges]] == Role.UPDATE]
+    assert len(into_updates) >= 1 and g.edge_order_only[into_updates].all()
+    assert not g.edge_order_only[out_edges[g.role[g.edge_dst[out_edges]] != Role.UPDATE]].any()
+    result = dp.simulate(g, dp.load_cluster("baechi-4x2080"), np.zeros(g.n_ops, dtype=int))
+    assert (result.start_us[g.edge_dst[into_updates]] >= result.finish_us[logits]).all()
+    times, in_use = result.memory_timeline(0)
+    first_update = result.start_us[update_ops(g)].min()
+    held = in_use[np.searchsorted(times, first_update, side="right") - 1] - g.persistent_bytes.sum()
+    assert held < g.output_bytes[logits]

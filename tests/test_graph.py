@@ -194,7 +194,7 @@ def _rebuild(g: OpGraph, **changes) -> OpGraph:
         name: getattr(g, name) for name in (
             "names", "kinds", "device_kinds", "compute_us", "persistent_bytes", "output_bytes",
             "temp_bytes", "colocation", "colocation_names", "role", "mirror", "edge_src",
-            "edge_dst", "edge_bytes", "edge_fixed_us", "meta")
+            "edge_dst", "edge_bytes", "edge_fixed_us", "edge_order_only", "meta")
     }
     fields.update(changes)
     return OpGraph(**fields)
@@ -211,6 +211,8 @@ def _rebuild(g: OpGraph, **changes) -> OpGraph:
     ("edge_bytes", [math.nan], "edge 'op0' -> 'op1'.*bytes"),
     ("edge_fixed_us", [-3.0], "edge 'op0' -> 'op1'.*fixed_us"),
     ("edge_fixed_us", [math.inf], "edge 'op0' -> 'op1'.*fixed_us"),
+    ("edge_order_only", [True], "edge 'op0' -> 'op1' is order_only but carries bytes"),
+    ("edge_order_only", [True, False], "field 'edge_order_only' has 2 entries for 1 edges"),
     ("edge_dst", [7], "edge 0.*op index 7"),
     ("edge_dst", [0], "edge 'op0' -> 'op0'.*self-loop"),
     ("mirror", [-1, 9], "op 'op1' mirrors op index 9"),
@@ -222,6 +224,13 @@ def test_bad_figures_name_the_op_and_field(field, value, pattern):
     g = chain_graph([1.0, 2.0], edge_bytes=3)
     with pytest.raises(GraphError, match=pattern):
         _rebuild(g, **{field: np.asarray(value) if field != "kinds" else value})
+
+
+def test_order_only_edges_default_to_none_and_are_counted():
+    g = chain_graph([1.0, 2.0])
+    assert g.edge_order_only.tolist() == [False] and g.summary()["order_only_edges"] == 0
+    ordered = _rebuild(g, edge_order_only=np.array([True]))
+    assert ordered.summary()["order_only_edges"] == 1 and not ordered.edge_order_only.flags.writeable
 
 
 def test_nan_fixed_us_means_absent():

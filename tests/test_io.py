@@ -31,7 +31,7 @@ def awkward_graph() -> OpGraph:
     b.add_op("other", compute_us=0.0, role="other", colocation="g2")
     b.add_edge("matmul/αβ", "relu 😀", bytes=0.1 + 0.7, fixed_us=2.5e-7)
     b.add_edge("relu 😀", "opt", bytes=1e18)
-    b.add_edge("matmul/αβ", "opt")
+    b.add_edge("matmul/αβ", "opt", order_only=True)
     b.meta = {"source": "test", "nested": {"list": [1, 2.5, None], "ünï": "ok"}}
     return b.build()
 
@@ -39,7 +39,7 @@ def awkward_graph() -> OpGraph:
 def assert_same_graph(a: OpGraph, b: OpGraph) -> None:
     assert a.names == b.names and a.kinds == b.kinds and a.device_kinds == b.device_kinds
     for attr in ("compute_us", "persistent_bytes", "output_bytes", "temp_bytes", "role", "mirror",
-                 "edge_src", "edge_dst", "edge_bytes", "colocation"):
+                 "edge_src", "edge_dst", "edge_bytes", "edge_order_only", "colocation"):
         x, y = getattr(a, attr), getattr(b, attr)
         assert x.dtype == y.dtype and x.shape == y.shape, attr
         assert x.tobytes() == y.tobytes(), attr  # bit for bit
@@ -69,8 +69,9 @@ def test_native_file_layout_is_the_documented_one(tmp_path):
     assert data["format"] == "devplace-graph" and data["version"] == 1
     assert set(data["ops"]) == {"name", "kind", "compute_us", "persistent_bytes", "output_bytes",
                                 "temp_bytes", "colocation", "role", "mirror"}
-    assert set(data["edges"]) == {"src", "dst", "bytes", "fixed_us"}
+    assert set(data["edges"]) == {"src", "dst", "bytes", "fixed_us", "order_only"}
     assert data["edges"]["fixed_us"] == [2.5e-7, None, None]  # absent fixed time is null
+    assert data["edges"]["order_only"] == [False, False, True]
     assert data["ops"]["role"] == ["forward", "backward", "update", "other"]
     assert data["ops"]["mirror"] == [None, "matmul/αβ", None, None]
     assert data["ops"]["colocation"] == [None, "grp 1", "grp 1", "g2"]
@@ -86,7 +87,7 @@ def test_minimal_native_file_uses_defaults(tmp_path):
     g = load_graph(path)
     assert g.n_ops == 2 and g.n_edges == 1 and g.output_bytes.tolist() == [0, 0]
     assert g.role.tolist() == [0, 0] and g.colocation.tolist() == [-1, -1]
-    assert math.isnan(g.edge_fixed_us[0]) and g.edge_bytes.tolist() == [0]
+    assert math.isnan(g.edge_fixed_us[0]) and g.edge_bytes.tolist() == [0] and g.edge_order_only.tolist() == [False]
 
 
 def native_dict(**op_changes) -> dict:
@@ -116,6 +117,8 @@ def native_dict(**op_changes) -> dict:
     ({"ops__compute_us": {"gpu": [1, 2, 3, 4]}}, "no times for device kind 'cpu'"),
     ({"edges__bytes": [1, None, 2]}, "'bytes' entry for 'relu 😀 -> opt' is None"),
     ({"edges__fixed_us": [None, -1, None]}, "edge 'relu 😀' -> 'opt' has fixed_us = -1"),
+    ({"edges__order_only": [False, "yes", True]}, "'order_only' entry for 'relu 😀 -> opt' is 'yes': it must be true or false"),
+    ({"edges__order_only": [False, True, True]}, "edge 'relu 😀' -> 'opt' is order_only but carries bytes"),
 ])
 def test_bad_native_files_name_the_culprit(changes, pattern):
     with pytest.raises(GraphError, match=pattern):

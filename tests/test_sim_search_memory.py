@@ -47,9 +47,11 @@ def zoo_graphs():
 
 
 @pytest.mark.parametrize("target", ZOO)
-@pytest.mark.parametrize("share_of_peak", [0.6, 1.2])
+@pytest.mark.parametrize("share_of_peak", [0.65, 1.2])
 def test_twice_the_memory_is_never_slower_on_small_zoo_models(zoo_graphs, target, share_of_peak):
-    """Devices at 0.6 (pipelines needed) and 1.2 (one device fits) of the one-device peak, then twice that."""
+    """Devices at 0.65 (pipelines needed) and 1.2 (one device fits) of the one-device peak, then twice that.
+    (0.65, not 0.6: the small CNN's largest batch-norm backward holds 0.609 x its peak with its inputs,
+    so below that nothing fits.)"""
     graphs, machine = zoo_graphs
     graph = graphs[target]
     peak = dp.simulate(graph, machine, [0] * graph.n_ops).peak_memory_bytes[0]

@@ -226,6 +226,33 @@ def test_output_kept_until_last_local_consumer():
     assert used[times < 103].min() == 50 and used[-1] == 0 and times[-1] == 103
 
 
+def test_an_order_only_edge_orders_its_ends_but_keeps_nothing_allocated():
+    # a -> d as an order-only edge (an in-place write after a read): d still waits for a, but a's
+    # 50 bytes die with b, its one reader; as a plain zero-byte edge (a view's reader) they live to d
+    def run(order_only):
+        b = GraphBuilder(["gpu"])
+        for name, us, out in (("a", 1, 50), ("b", 1, 0), ("c", 100, 0), ("d", 1, 0)):
+            b.add_op(name, compute_us=us, output_bytes=out)
+        b.add_edge("a", "b", bytes=50)
+        b.add_edge("c", "d")
+        b.add_edge("a", "d", order_only=order_only)
+        return simulate(b.build(), uniform_cluster(2), [0, 0, 1, 0])
+
+    plain, ordered = run(False), run(True)
+    assert ordered.start_us[3] == plain.start_us[3] == 100  # after c on the other device, and after a
+    times, used = plain.memory_timeline(0)
+    assert used[times < 101].min() == 50 and times[-1] == 101
+    times, used = ordered.memory_timeline(0)
+    assert list(zip(times.tolist(), used.tolist())) == [(0, 50), (2, 0)]
+    # across devices an order-only edge sends nothing and the receiver holds nothing
+    b = GraphBuilder(["gpu"])
+    b.add_op("a", compute_us=1, output_bytes=50)
+    b.add_op("d", compute_us=1)
+    b.add_edge("a", "d", order_only=True)
+    r = simulate(b.build(), uniform_cluster(2), [0, 1])
+    assert r.start_us[1] == 1 and len(r.transfer_op) == 0 and r.peak_memory_bytes.tolist() == [50, 0]
+
+
 def test_out_of_memory_names_device_and_first_overflow_op():
     g, devices = memory_example()
     c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1, memory_bytes=120)

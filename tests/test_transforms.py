@@ -13,7 +13,8 @@ from devplace.transforms import coplacement_groups, forward_view, fuse, optimize
 
 @st.composite
 def random_dags(draw, max_ops=24, training=False):
-    """A random DAG (edges go from lower to higher index) with colocation groups and byte figures."""
+    """A random DAG (edges go from lower to higher index) with colocation groups and byte figures;
+    about one edge in five only orders its ends."""
     n = draw(st.integers(3, max_ops))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
@@ -33,7 +34,8 @@ def random_dags(draw, max_ops=24, training=False):
     for i in range(n):
         for j in range(i + 1, n):
             if rng.random() < density:
-                b.add_edge(f"op{i}", f"op{j}", bytes=float(rng.integers(0, 500)))
+                nbytes, order_only = float(rng.integers(0, 500)), (i + j) % 5 == 0
+                b.add_edge(f"op{i}", f"op{j}", bytes=0.0 if order_only else nbytes, order_only=order_only)
     return b.build()
 
 
@@ -78,6 +80,21 @@ def test_merged_edges_sum_distinct_producers_and_keep_fixed_times():
     f = quotient(b.build(), [0, 0, 1, 1])
     assert f.graph.n_ops == 2 and f.graph.n_edges == 1
     assert f.graph.edge_bytes[0] == 130.0 and f.graph.edge_fixed_us[0] == 9.0
+
+
+def test_a_coarse_edge_only_orders_when_every_edge_it_merges_does():
+    b = GraphBuilder(["gpu"])
+    for name in ["x", "y", "u", "v", "w"]:
+        b.add_op(name, compute_us=1.0, output_bytes=10.0)
+    b.add_edge("x", "u", order_only=True)
+    b.add_edge("y", "v", order_only=True)
+    b.add_edge("y", "w", order_only=True)
+    b.add_edge("x", "w", bytes=4.0)
+    f = quotient(b.build(), [0, 0, 1, 1, 2])
+    edges = {(int(s), int(d)): bool(o) for s, d, o in zip(f.graph.edge_src, f.graph.edge_dst, f.graph.edge_order_only)}
+    assert edges == {(0, 1): True, (0, 2): False}
+    # y's output is read by nobody outside its coarse op: held there as a temporary, not an output
+    assert f.graph.output_bytes[0] == 10.0 and f.graph.temp_bytes[0] == 10.0
 
 
 @settings(max_examples=60, deadline=None)

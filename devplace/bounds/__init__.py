@@ -26,7 +26,9 @@ latest finish:
   duration - the latency, 0 for a fixed time); a free time is 0 or the hold end of the last transfer
   booked on that channel. Memory (``sim/engine.memory_events``, engine.py:434, 440, 481): the
   received copy takes u's whole output bytes on e from the transfer's begin until u's last reader on
-  e finishes, and u's output stays on d until its transfers end.
+  e finishes, and u's output stays on d until its transfers end. A *reader* of u is the consumer of an edge from u
+  that is not ``order_only``: an order-only edge orders its ends and keeps nothing allocated, so the
+  bounds' memory clauses never count on it.
 
 *Lemma E (eager transfer).* A transfer x booked at f either begins at f, or every instant t of
 [f, begin(x)) lies in [begin(y), hold end(y)) for some transfer y booked before x (so at or before

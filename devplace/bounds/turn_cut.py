@@ -37,7 +37,7 @@ def turn_cut_us(graph, cluster, rel: Relaxation, max_passes: int = 128) -> float
     (``comm_path_us``) recomputed with edge a always cut. *Pairs*: p* is the last position whose op
     reads, over an edge of positive hold time, the output of some o_i with i < q; X(a, c) the
     output bytes of the outputs of o_0..o_a (positions below q) read by an op at a position in
-    (c, p*] after q (any edge), H(a, c) the sum over them of their largest hold time over those edges. A
+    (c, p*] after q (any edge that reads it: not ``order_only``), H(a, c) the sum over them of their largest hold time over those edges. A
     first-able edge a >= p* is an entry alone, valued v_a; for a < p*, each cuttable c in [a, p*)
     gives an entry (a, c) valued max(v_a, v_c), able from T_a, or from max(T_a, H(a, c)) when c = a
     or X(a, c) > C. Then g(T) = the least value over entries able at T (inf if none), and the bound
@@ -156,7 +156,8 @@ def _reader_run_items(graph, path_ops: np.ndarray, q: int, rows: int, position: 
     (a < ``rows``, c < p*) the output bytes of the outputs of o_0..o_a read by a path op in (c, p*],
     and the sum over them of the hold time of their longest edge into (c, p*]."""
     src, dst, out, hold = graph.edge_src, graph.edge_dst, graph.output_bytes, hold_us
-    edges = np.flatnonzero((position[src] >= 0) & (position[src] < q) & (position[dst] > q) & (out[src] > 0))
+    edges = np.flatnonzero((position[src] >= 0) & (position[src] < q) & (position[dst] > q) & (out[src] > 0)
+                           & ~graph.edge_order_only)
     if not np.any(hold[edges] > 0):
         return -1, None, None
     last_reader = int(position[dst[edges[hold[edges] > 0]]].max())
@@ -224,7 +225,7 @@ def _turn_items(graph, path_ops: np.ndarray, q: int, us_per_byte: float, positio
     x = int(path_ops[q])
     anc, desc = turn_sides(graph, x)
     src, dst, out, hold = graph.edge_src, graph.edge_dst, graph.output_bytes, hold_us
-    crossing = anc[src] & (src != x) & desc[dst] & (out[src] > 0)
+    crossing = anc[src] & (src != x) & desc[dst] & (out[src] > 0) & ~graph.edge_order_only
     largest = np.zeros(graph.n_ops)
     np.maximum.at(largest, src[crossing], hold[crossing])
     makers = np.unique(src[crossing])

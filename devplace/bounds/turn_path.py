@@ -22,7 +22,8 @@ def turn_path_us(graph, cluster, rel: Relaxation, max_nodes: int = 500) -> float
     Take P, the critical path of ``critical_path_us``, its units U_P, and a *probe* x on P that takes
     time on every device (the one where the outputs made before x on P and read after it on P weigh
     most). Write anc(x) for x and its ancestors, desc(x) for x and its descendants. An *item* is an
-    op f in anc(x), f != x, with output bytes and a reader b in desc(x) whose edge f -> b costs time
+    op f in anc(x), f != x, with output bytes and a reader b in desc(x) whose edge f -> b (not
+    ``order_only``: such a consumer keeps nothing) costs time
     on every link (cut cost > 0; inf inside a unit), the units of f and b both in U_P (one reader per
     item: one in f's unit if there is one). For a threshold t, the *t-blocks* are the units of U_P
     joined by the path edges that are not always cut (``forced_cut``) and cost more than t to cut.
@@ -186,7 +187,8 @@ def turn_probe(graph, rel: Relaxation, path_ops: np.ndarray) -> int:
     position = np.full(graph.n_ops, -1, np.int64)
     position[path_ops] = np.arange(len(path_ops))
     src, dst = graph.edge_src, graph.edge_dst
-    on_path = (position[src] >= 0) & (position[dst] > position[src]) & (rel.cut_us > 0) & (graph.output_bytes[src] > 0)
+    on_path = ((position[src] >= 0) & (position[dst] > position[src]) & (rel.cut_us > 0) & (graph.output_bytes[src] > 0)
+               & ~graph.edge_order_only)
     last_reader = np.full(graph.n_ops, -1, np.int64)
     np.maximum.at(last_reader, src[on_path], position[dst[on_path]])
     producers = np.flatnonzero(last_reader >= 0)
@@ -216,7 +218,8 @@ def _turn_items(graph, rel: Relaxation, column: np.ndarray, x: int):
     anc, desc = turn_sides(graph, x)
     src, dst = graph.edge_src, graph.edge_dst
     ka, kb = column[rel.unit[src]], column[rel.unit[dst]]
-    keep = anc[src] & (src != x) & desc[dst] & (graph.output_bytes[src] > 0) & (rel.cut_us > 0) & (ka >= 0) & (kb >= 0)
+    keep = (anc[src] & (src != x) & desc[dst] & (graph.output_bytes[src] > 0) & (rel.cut_us > 0) & (ka >= 0) & (kb >= 0)
+            & ~graph.edge_order_only)
     edges = np.flatnonzero(keep)
     edges = edges[np.lexsort((ka[edges] != kb[edges], src[edges]))]     # by producer, a same-unit reader first
     first = np.unique(src[edges], return_index=True)[1]

@@ -55,6 +55,7 @@ def to_dict(g: OpGraph) -> dict:
             "dst": [g.names[d] for d in g.edge_dst.tolist()],
             "bytes": _plain(g.edge_bytes),
             "fixed_us": fixed,
+            "order_only": g.edge_order_only.tolist(),
         },
     }
 
@@ -99,6 +100,16 @@ def _numbers(column: list, where: str, key: str, names, allow_none: bool = False
                 raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is {_short(v)}: it must be a finite "
                                  f"number up to {MAX_FIGURE:g}")
     return values
+
+
+def _flags(column: list, where: str, key: str, names) -> np.ndarray:
+    """A column of true/false; anything else is named."""
+    if set(map(type, column)) <= {bool}:
+        return np.asarray(column, dtype=np.bool_)
+    for i, value in enumerate(column):
+        if not isinstance(value, bool):
+            raise GraphError(f"{where} field {key!r} entry for {names[i]!r} is {_short(value)}: it must be true or false")
+    return np.asarray(column, dtype=np.bool_)
 
 
 def _short(value) -> str:
@@ -222,6 +233,7 @@ def from_dict(data: dict, source: str = "graph") -> OpGraph:
         edge_dst=dst,
         edge_bytes=_numbers(_column(edges, "bytes", m, ewhere, 0), ewhere, "bytes", edge_label),
         edge_fixed_us=_numbers(_column(edges, "fixed_us", m, ewhere), ewhere, "fixed_us", edge_label, allow_none=True),
+        edge_order_only=_flags(_column(edges, "order_only", m, ewhere, False), ewhere, "order_only", edge_label),
         meta=_meta(data.get("meta"), source),
     )
 

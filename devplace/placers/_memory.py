@@ -269,7 +269,7 @@ def run_claim(
     v, d, start_us, finish_us, commit, finish,
     group, group_ptr, group_members, device, persist, live, peak, capacity, copy_here,
     pool_time, pool_bytes, pool_n, hist_time, hist_live, hist_n,
-    persistent_bytes, output_bytes, temp_bytes, succ_ptr, pred_ptr, pred_edge, edge_src, moves,
+    persistent_bytes, output_bytes, temp_bytes, n_readers, pred_ptr, pred_edge, edge_src, moves,
 ):
     """Whether op ``v`` fits when it runs on device ``d`` from ``start_us`` to ``finish_us``.
 
@@ -334,7 +334,7 @@ def run_claim(
     hist_live[d, hist_n[d]] = live[d]
     hist_n[d] += 1
     _push_free(finish_us, d, temp_bytes[v], pool_time, pool_bytes, pool_n)
-    if succ_ptr[v + 1] == succ_ptr[v]:   # nobody reads the output: it dies with the op
+    if n_readers[v] == 0:   # nobody reads the output: it dies with the op
         _push_free(finish_us, d, output_bytes[v], pool_time, pool_bytes, pool_n)
     return fits
 
@@ -342,13 +342,16 @@ def run_claim(
 @njit(cache=True)
 def release_inputs(
     v, finish, device, left, copy_here, free_at, pool_time, pool_bytes, pool_n,
-    output_bytes, succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst,
+    output_bytes, succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, edge_order_only,
 ):
-    """After ``v`` is booked: free each input whose consumers have now all been booked.
+    """After ``v`` is booked: free each input whose readers have now all been booked (an
+    ``order_only`` edge reads nothing, as in the simulator).
 
     ``finish`` holds every booked op's finish time; ``free_at`` is scratch, one value per device."""
     n_dev = free_at.shape[0]
     for k in range(pred_ptr[v], pred_ptr[v + 1]):
+        if edge_order_only[pred_edge[k]]:
+            continue
         u = edge_src[pred_edge[k]]
         left[u] -= 1
         if left[u] > 0:
@@ -357,6 +360,8 @@ def release_inputs(
             free_at[x] = -1.0
         last = finish[u]
         for j in range(succ_ptr[u], succ_ptr[u + 1]):
+            if edge_order_only[succ_edge[j]]:
+                continue
             w = edge_dst[succ_edge[j]]
             if finish[w] > last:
                 last = finish[w]
@@ -385,7 +390,8 @@ class ScheduleMemory:
         self.pool_time = np.zeros((n_dev, size))   # per device, the frees booked and not yet applied
         self.pool_bytes = np.zeros((n_dev, size))
         self.pool_n = np.zeros(n_dev, dtype=np.int64)
-        self.left = np.diff(graph.succ_ptr).astype(np.int64)
+        self.n_readers = np.bincount(graph.edge_src[~graph.edge_order_only], minlength=n).astype(np.int64)
+        self.left = self.n_readers.copy()
         self.free_at = np.zeros(n_dev)
         self.moves = edge_moves_data(graph)
         self.hist_time = np.zeros((n_dev, n + 1))   # per device, each booked op's start and the bytes
@@ -398,14 +404,14 @@ class ScheduleMemory:
         return (g.colocation, self.group_ptr, self.group_members, self.device, self.persist, self.live,
                 self.peak, self.capacity, self.copy_here, self.pool_time, self.pool_bytes, self.pool_n,
                 self.hist_time, self.hist_live, self.hist_n, g.persistent_bytes, g.output_bytes, g.temp_bytes,
-                g.succ_ptr, g.pred_ptr, g.pred_edge, g.edge_src, self.moves)
+                self.n_readers, g.pred_ptr, g.pred_edge, g.edge_src, self.moves)
 
     def release_args(self) -> tuple:
         """The arguments of ``release_inputs`` after ``finish``."""
         g = self.graph
         return (self.device, self.left, self.copy_here, self.free_at, self.pool_time,
                 self.pool_bytes, self.pool_n, g.output_bytes, g.succ_ptr, g.succ_edge, g.pred_ptr,
-                g.pred_edge, g.edge_src, g.edge_dst)
+                g.pred_edge, g.edge_src, g.edge_dst, g.edge_order_only)
 
 
 SCHEDULE_ATTEMPTS = 6   # budgets tried over the schedule before the sound model

@@ -219,7 +219,7 @@ def critical_crossings(result, devices: np.ndarray) -> tuple[np.ndarray, list[tu
 
 def live_bytes_at_peak(result) -> np.ndarray:
     """Per op, the bytes it holds on its device at that device's peak: persistent, plus its output
-    if the output is alive then (from its start to its last consumer on the same device)."""
+    if the output is alive then (from its start to its last reader on the same device)."""
     g, devices = result.graph, result.devices
     n_dev = result.cluster.n_devices
     peak_time = np.zeros(n_dev)
@@ -227,7 +227,7 @@ def live_bytes_at_peak(result) -> np.ndarray:
         times, used = result.memory_timeline(d)
         if len(used):
             peak_time[d] = times[int(np.argmax(used))]
-    same = devices[g.edge_src] == devices[g.edge_dst]
+    same = (devices[g.edge_src] == devices[g.edge_dst]) & ~g.edge_order_only
     free = result.finish_us.copy()
     np.maximum.at(free, g.edge_src[same], result.finish_us[g.edge_dst[same]])
     t = peak_time[devices]

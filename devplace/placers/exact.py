@@ -296,7 +296,8 @@ class _Model:
         inputs = set()
         for k in range(graph.pred_ptr[v], graph.pred_ptr[v + 1]):
             e = graph.pred_edge[k]
-            if rel.cut_us[e] > 0:   # on d or sent to d: held either way (inf: same unit, on d)
+            if rel.cut_us[e] > 0 and not graph.edge_order_only[e]:   # on d or sent to d: held either way
+                # (inf: same unit, on d); an order-only edge reads nothing and keeps nothing
                 inputs.add(int(graph.edge_src[e]))
         held += sum(graph.output_bytes[u] for u in inputs)
         if held > 0:

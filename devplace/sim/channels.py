@@ -51,7 +51,7 @@ def transfer_us(nbytes, fixed_us, latency_us, bandwidth_bytes_per_us):
     """(duration, delay) of one edge's transfer on an idle link.
 
     The duration is the edge's fixed time if it has one (not NaN), else latency + bytes /
-    bandwidth, and 0 for a zero-byte edge (a pure ordering edge). The delay is the part of it that
+    bandwidth, and 0 for a zero-byte edge (it moves nothing). The delay is the part of it that
     does not hold a pipelined channel: the latency, or nothing for a fixed time. Placers that plan
     with message overheads pass ``Cluster.message_latency_us`` as the latency."""
     if fixed_us == fixed_us:

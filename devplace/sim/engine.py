@@ -14,14 +14,15 @@ Semantics (docs/simulator.md says the same for users):
   (the largest), and a message arriving while the device pays one costs nothing more.
 - When op u finishes, its output is sent once to every other device that holds a consumer of u. The
   transfer time is the largest over those edges of ``channels.transfer_us`` (fixed_us if the edge
-  has one, else latency + bytes / bandwidth; a zero-byte edge is a pure ordering edge and costs
-  nothing). Transfers are booked first-come first-served on the channels of the communication
-  model by ``channels.book`` (parallel, sequential, duplex or pipelined: see that module).
+  has one, else latency + bytes / bandwidth; a zero-byte edge moves nothing and costs nothing).
+  Transfers are booked first-come first-served on the channels of the communication model by
+  ``channels.book`` (parallel, sequential, duplex or pipelined: see that module).
 - Memory per device: persistent bytes from time 0; an op's output from its start until its last
   consumer on that device and its outgoing transfers have finished; a received copy from the start of
   its transfer until its last consumer there has finished; temporaries while the op runs. At equal
   times frees come before allocations; a block that would live for no time (the temporaries of a
-  zero-time op) is not counted.
+  zero-time op) is not counted. An ``order_only`` edge's consumer is no consumer for memory: it keeps
+  nothing allocated.
 
 Everything is plain arrays so numba compiles it once (cached on disk) and a call costs microseconds.
 """
@@ -404,7 +405,7 @@ def _put(time, device, delta, owner, k, at, dev, nbytes, op):
 
 @njit(cache=True)
 def memory_events(
-    succ_ptr, succ_edge, edge_dst, devices, n_dev, start, finish,
+    succ_ptr, succ_edge, edge_dst, edge_order_only, devices, n_dev, start, finish,
     persistent_bytes, output_bytes, temp_bytes,
     xfer_op, xfer_dst, xfer_start, xfer_end,
 ):
@@ -423,6 +424,8 @@ def memory_events(
     out_free = finish.copy()
     for u in range(n):
         for k in range(succ_ptr[u], succ_ptr[u + 1]):
+            if edge_order_only[succ_edge[k]]:
+                continue
             v = edge_dst[succ_edge[k]]
             if devices[v] == devices[u]:
                 if finish[v] > out_free[u]:

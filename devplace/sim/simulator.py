@@ -96,7 +96,7 @@ class Simulator:
         g, c = self.graph, self.cluster
         start, finish, _, _, _, xfer_op, _, xfer_dst, xfer_start, xfer_end, _ = schedule  # engine.schedule_of's order
         ev_time, ev_device, ev_delta, ev_owner = engine.sorted_memory_events(*engine.memory_events(
-            g.succ_ptr, g.succ_edge, g.edge_dst, devices, c.n_devices, start, finish,
+            g.succ_ptr, g.succ_edge, g.edge_dst, g.edge_order_only, devices, c.n_devices, start, finish,
             g.persistent_bytes, g.output_bytes, g.temp_bytes, xfer_op, xfer_dst, xfer_start, xfer_end,
         ))
         peak, first_overflow = engine.peak_memory(ev_device, ev_delta, ev_owner, c.n_devices, self.capacity)

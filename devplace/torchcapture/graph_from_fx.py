@@ -8,7 +8,9 @@ an edge through them joins the ATen ops on either side.
 Edges: each data dependency (bytes of the tensor passed); an edge from a storage's owner to every
 op that reads an alias of it (0 bytes), so the owner's output stays allocated while a view of it
 is in use; and an edge from every earlier reader of a storage to an op that writes it in place
-(0 bytes), so no placement can run an update before the reads it must follow.
+(0 bytes, ``order_only``), so no placement can run an update before the reads it must follow. The
+last kind orders and nothing more: the writer does not read the reader's output, so it must not
+keep it allocated (a classifier's logits would otherwise live until its weight's update).
 """
 
 from __future__ import annotations
@@ -110,11 +112,14 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
         )
 
     edges: dict[tuple[str, str], float] = {}
+    reads: set[tuple[str, str]] = set()  # pairs joined by at least one edge that is more than an order
     readers: dict[int, list[str]] = {}  # storage key -> ops that read it so far
 
-    def add(src: str, dst: str, nbytes: float) -> None:
+    def add(src: str, dst: str, nbytes: float, order_only: bool = False) -> None:
         if src != dst:
             edges[(src, dst)] = max(edges.get((src, dst), 0.0), nbytes)
+            if not order_only:
+                reads.add((src, dst))
 
     producers = _producer_resolver(is_op)
     last_writer: dict[int, str] = {}  # storage key -> the op that last wrote it in place
@@ -136,12 +141,12 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
         for target in mutated_args(node):
             for t in tensors_in(target.meta.get("val")):
                 for reader in readers.get(storage_key(t), []):
-                    add(reader, node.name, 0.0)
+                    add(reader, node.name, 0.0, order_only=True)
                 last_writer[storage_key(t)] = node.name
         for key in read_keys:
             readers.setdefault(key, []).append(node.name)
     for (src, dst), nbytes in edges.items():
-        builder.add_edge(src, dst, bytes=nbytes)
+        builder.add_edge(src, dst, bytes=nbytes, order_only=(src, dst) not in reads)
     builder.meta.update(meta)
     builder.meta["op_scope"] = op_scopes(traced, stats.nodes, mirrors)
     return builder.build()

@@ -131,9 +131,9 @@ def quotient(
     cs, cd = coarse_of[src], coarse_of[dst]
     external = kept & (cs != cd)
 
-    # memory: outputs that leave the coarse op stay outputs, the rest is held as a temporary
+    # memory: outputs read outside the coarse op stay outputs, the rest is held as a temporary
     leaves = np.zeros(graph.n_ops, dtype=bool)
-    leaves[src[external]] = True
+    leaves[src[external & ~graph.edge_order_only]] = True
     out_c = np.bincount(coarse_of, weights=np.where(leaves, output, 0.0), minlength=n_coarse)
     temp_c = np.bincount(coarse_of, weights=temp + np.where(leaves, 0.0, output), minlength=n_coarse)
     pers_c = np.bincount(coarse_of, weights=persistent, minlength=n_coarse)
@@ -144,6 +144,7 @@ def quotient(
     e = np.flatnonzero(external)
     edge_src = edge_dst = np.zeros(0, dtype=np.int64)
     edge_bytes = edge_fixed = np.zeros(0)
+    edge_order_only = np.zeros(0, dtype=bool)
     if len(e):
         prod, cons = src[e], cd[e]
         order = np.lexsort((cons, prod))
@@ -162,6 +163,8 @@ def quotient(
         edge_bytes = np.bincount(inverse, weights=byte_max, minlength=len(ukey))
         any_fixed = np.bincount(inverse, weights=has_fixed.astype(float), minlength=len(ukey)) > 0
         edge_fixed = np.where(any_fixed, np.bincount(inverse, weights=fixed_max, minlength=len(ukey)), np.nan)
+        reads = ~np.logical_and.reduceat(graph.edge_order_only[eo], starts)   # a coarse edge only orders if all do
+        edge_order_only = np.bincount(inverse, weights=reads.astype(float), minlength=len(ukey)) == 0
 
     # names, kinds, roles, mirrors: vectorised over coarse ops, only fused ones get a new name
     order = np.argsort(coarse_of, kind="stable")
@@ -205,7 +208,8 @@ def quotient(
         persistent_bytes=pers_c, output_bytes=out_c, temp_bytes=temp_c,
         colocation=np.asarray(colocation, dtype=np.int64), colocation_names=list(colocation_names or []),
         role=role, mirror=mirror, edge_src=edge_src, edge_dst=edge_dst, edge_bytes=edge_bytes,
-        edge_fixed_us=edge_fixed, meta=dict(graph.meta) | {"coarsened_from_ops": graph.n_ops},
+        edge_fixed_us=edge_fixed, edge_order_only=edge_order_only,
+        meta=dict(graph.meta) | {"coarsened_from_ops": graph.n_ops},
     )
     return Coarsening(graph, coarse, coarse_of)
 

@@ -119,5 +119,6 @@ def with_groups_as_colocation(graph: OpGraph, groups: np.ndarray, prefix: str = 
         output_bytes=graph.output_bytes, temp_bytes=graph.temp_bytes,
         colocation=colocation, colocation_names=names,
         role=graph.role, mirror=graph.mirror, edge_src=graph.edge_src, edge_dst=graph.edge_dst,
-        edge_bytes=graph.edge_bytes, edge_fixed_us=graph.edge_fixed_us, meta=dict(graph.meta),
+        edge_bytes=graph.edge_bytes, edge_fixed_us=graph.edge_fixed_us, edge_order_only=graph.edge_order_only,
+        meta=dict(graph.meta),
     )

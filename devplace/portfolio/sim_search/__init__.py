@@ -131,7 +131,6 @@ from devplace.portfolio.sim_search.repair import _overflow_error, _repair
 from devplace.portfolio.sim_search.search import _Search
 from devplace.portfolio.sim_search.seeds import _run_seeds
 from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_starts
-from devplace.portfolio.sim_search.unpinned import _unpinned_capped_start, _unpinned_if_faster
 
 
 @register(NAME, "devplace's own: best of the baselines, then simulator-guided annealing over groups and order",
@@ -152,7 +151,6 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
-    _unpinned_capped_start(search)
     if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
@@ -205,7 +203,6 @@ def _canonical_place(graph, cluster, seed: int, config: SearchConfig, caps_bytes
     one_us, one_devices, one_priority, one_how = best_one_device(search)
     options = dict(best.options)
     devices, priority = best.devices, best.priority
-    devices, priority = _unpinned_if_faster(search, devices, priority, options)
     if one_us < options["step_us"]:
         devices, priority = one_devices, one_priority
         options.update(step_us=one_us, found_by=one_how)

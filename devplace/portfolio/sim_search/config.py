@@ -138,12 +138,6 @@ class SearchConfig:
     order_descent_evals: int = option(2000, "simulator calls for the order descent, the last phase while the gap is "
                                             "wide: single ops moved in the best's schedule order, its devices fixed "
                                             "(order_descent.py; 0: none)")
-    unpin_min_share: float = option(0.05, "share of the smallest device's memory: below the one canonical cap, an "
-                                          "output this large that parameter updates pin (zero-byte edges keep it alive "
-                                          "until them) starts the unpinned capped start (unpinned.py; 0: any size)")
-    unpinned_start: bool = option(True, "below the one canonical cap, where an output is pinned: the capped "
-                                        "search's best with the pinning groups moved off its device as a start, "
-                                        "judged above the cap too (unpinned.py)")
     repair_max_evals: int = option(1000, "simulator calls to remove the overflow when no start fits")
     repair_patience: int = option(150, "evals without less overflow before repairing the next start")
     repair_starts: int = option(3, "how many of the least-overflowing starts the repair may try")
