@@ -151,7 +151,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _run_seeds(search)
     _pipeline_starts(search)
     _cheap_cut_starts(search)
-    if search.best[1] is None and (search.n_dev < 2 or not _repair(search)):
+    if search.best.devices is None and (search.n_dev < 2 or not _repair(search)):
         raise _overflow_error(search)
     seed_us, _, _, seed_how = search.best
     descent_starts = _layer_descent_starts(search)
@@ -165,7 +165,7 @@ def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig
     _branch_rounds(search, bound_us if nominal else None)
     _loose_memory_rounds(search, bound_us if nominal else None)
     _order_descent(search, bound_us if nominal else None)
-    if search.best[0] <= search.closed_us:
+    if search.best.step_us <= search.closed_us:
         stopped_by = "bound"
     step_us, devices, priority, how = search.best
     gap = step_us / bound_us - 1.0 if nominal and bound_us else None

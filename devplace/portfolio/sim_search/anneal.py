@@ -93,7 +93,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     """Annealing rounds while the gap to the bound is wide (the rule in the module docstring);
     returns what stopped them and how many ran."""
     config = search.config
-    if search.n_dev < 2 or config.max_evals <= 0 or search.best[0] <= 0 or not search.graph.n_ops:
+    if search.n_dev < 2 or config.max_evals <= 0 or search.best.step_us <= 0 or not search.graph.n_ops:
         search.fitting = None
         return "evals", 0      # nothing to move, or nothing beats a zero step time
     starts = sorted(search.fitting, key=lambda start: start[0])
@@ -103,15 +103,15 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     while rounds < config.max_rounds or (
             rounds < 4 * config.max_rounds
             and (search.evals + config.max_evals) * search.graph.n_ops <= config.small_graph_op_evals):
-        if search.best[0] <= search.closed_us:
+        if search.best.step_us <= search.closed_us:
             return "bound", rounds
-        if rounds and (bound_us is None or search.best[0] <= bound_us * (1.0 + config.target_gap)):
+        if rounds and (bound_us is None or search.best.step_us <= bound_us * (1.0 + config.target_gap)):
             break
         if rounds % 2 == 0:
             start = search.best
         else:
             start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
-        title = NAME if not rounds else f"{NAME} (round {rounds + 1}, gap {100 * (search.best[0] / bound_us - 1):.1f}%)"
+        title = NAME if not rounds else f"{NAME} (round {rounds + 1}, gap {100 * (search.best.step_us / bound_us - 1):.1f}%)"
         stopped_by = _reported(search, title, lambda s, begin: _anneal(s, begin)[0], start)
         rounds += 1
         if stopped_by != "evals":
@@ -120,7 +120,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         stopped_by, rounds = _virtual_cap_rounds(search, bound_us, rounds)
         if stopped_by != "evals":
             return stopped_by, rounds
-    return ("bound" if search.best[0] <= search.closed_us else "evals"), rounds
+    return ("bound" if search.best.step_us <= search.closed_us else "evals"), rounds
 
 
 def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) -> tuple[str, int]:
@@ -134,7 +134,7 @@ def _virtual_cap_rounds(search: _Search, bound_us: float | None, rounds: int) ->
         return "evals", rounds
     one_device_peak = search.one_device_peak_bytes()
     for fraction in config.virtual_caps:
-        if search.best[0] <= bound_us * (1.0 + config.target_gap):
+        if search.best.step_us <= bound_us * (1.0 + config.target_gap):
             break
         cap = np.minimum(search.cap_bytes, fraction * one_device_peak)
         if not (cap < search.cap_bytes).any():
@@ -166,7 +166,7 @@ def _capped_round(search: _Search, cap: np.ndarray) -> str:
         start = search.best if search.examine(*search.best[1:3])[0] else _capped_start(search)
         stopped_by = "evals" if start is None else _anneal(search, start)[0]
     search.virtual_rounds.append({"cap_gib": float(cap.max()) / GIB, "start": None if start is None else start[3],
-                                  "best_after_us": search.best[0]})
+                                  "best_after_us": search.best.step_us})
     return stopped_by
 
 
@@ -216,7 +216,7 @@ def _anneal(search: _Search, start: tuple) -> tuple[str, tuple]:
     while search.evals < budget_end:
         if search.out_of_time():
             return "time", home
-        if search.best[0] <= search.closed_us:
+        if search.best.step_us <= search.closed_us:
             return "bound", home
         temperature *= cooling
         move, changes = _propose(search, devices, info)
@@ -227,7 +227,7 @@ def _anneal(search: _Search, start: tuple) -> tuple[str, tuple]:
             search.evals += 1   # a no-op move still counts, so the loop always ends
             continue
         step = search.step_us(devices, priority)
-        worse = (step - current_us) / search.best[0]
+        worse = (step - current_us) / search.best.step_us
         accept = worse <= 0 or rng.random() < math.exp(-worse / max(temperature, 1e-12))
         result = None
         if accept and not search.memory_is_ample:
@@ -267,9 +267,9 @@ def _track_rounds(search: _Search, home: tuple, name: str, max_track_rounds: int
     config = search.config
     rounds = 0
     while rounds < max_track_rounds:
-        if search.best[0] <= max(search.closed_us, until_us) or search.out_of_time():
+        if search.best.step_us <= max(search.closed_us, until_us) or search.out_of_time():
             break
-        if rounds >= config.max_rounds and home[0] > search.best[0] * (1.0 + behind):
+        if rounds >= config.max_rounds and home[0] > search.best.step_us * (1.0 + behind):
             break
         home = _reported(search, f"{NAME} ({name}, round {rounds + 1})", lambda s, start: _anneal(s, start)[1], home)
         rounds += 1

@@ -154,7 +154,7 @@ def _coarse_mip_rounds(search: _Search, bound_us: float | None) -> None:
     if (config.coarse_mip_groups < 1 or search.graph.n_ops < config.coarse_mip_min_ops
             or not search.late_phase_may_run(bound_us, config.coarse_mip_rounds)):
         return
-    search.coarse_mip_report.update(before_us=search.best[0])
+    search.coarse_mip_report.update(before_us=search.best.step_us)
     home = _coarse_mip_start(search)
     rounds, best_us = (0, None) if home is None else _track_rounds(
         search, home, "coarse MIP start", config.coarse_mip_rounds, config.coarse_mip_behind)

@@ -45,8 +45,9 @@ class SearchConfig:
         0.63, "fraction of the one-device peak: on graphs too large for every extra round (NASNet, GNMT), where "
               "every device has at least this x that peak, the search runs once with each device's memory cut to "
               "it and the faster of that and the one-device placements that fit is returned, so every such memory "
-              "gives the same result at no extra search (NASNet's 30% of 8 GiB is 0.638 x its peak; 0.6 left GNMT "
-              "at 8 GiB 0.04% slower; 0: off)")
+              "gives the same result at no extra search (at 30% of 8 GiB NASNet has 0.86 x its peak and GNMT 0.66 x, "
+              "so both run the capped search; chosen in round 37 of benchmarks/rounds, where 0.6 cost GNMT at 8 GiB "
+              "0.04%; 0: off)")
     canonical_cap_min_ops: int = option(1000, "graphs with fewer ops get no canonical caps (mlp, 173 ops, at ample "
                                               "memory: 210.0 us, 215.0 under a cap of 0.7 x its one-device peak)")
     target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")

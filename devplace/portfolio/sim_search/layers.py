@@ -114,7 +114,7 @@ def _layer_search(search: _Search, starts: list[tuple]) -> None:
             search.offer(step, devices, priority, f"{how} laid out by layer")
             budget_end = search.evals + share
             moves = 0
-            while search.evals < budget_end and not search.out_of_time() and search.best[0] > search.closed_us:
+            while search.evals < budget_end and not search.out_of_time() and search.best.step_us > search.closed_us:
                 moved = search.rng.random(n_layers) < 1.5 / n_layers
                 moved[search.rng.integers(n_layers)] = True
                 shift = search.rng.integers(1, search.n_dev, n_layers)
@@ -167,7 +167,7 @@ def _layer_descent(search: _Search, step: float, devices: np.ndarray, priority, 
     """One greedy descent over whole-layer moves (of ``layer_ops``, else the search's layers) from a
     start (``_layer_descents``); offers its end and returns it as (step us, devices, priority)."""
     moves = 0
-    while search.evals < budget_end and not search.out_of_time() and search.best[0] > search.closed_us:
+    while search.evals < budget_end and not search.out_of_time() and search.best.step_us > search.closed_us:
         fastest = (step, None, None)
         for ops in search.layer_ops if layer_ops is None else layer_ops:
             for target in range(search.n_dev):

@@ -76,7 +76,7 @@ def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
         report["down"] = {"memory_gib": [float(m) / GIB for m in smaller.memory_bytes]}
         _offer(search, _repaired_track(graph, smaller, search.seed, config, smaller_bound_us, start,
                                        report["down"]), report["down"], "down")
-    if up_gate and search.best[0] > bound_us * (1.0 + config.target_gap) \
+    if up_gate and search.best.step_us > bound_us * (1.0 + config.target_gap) \
             and _tight_at_factor(graph, cluster, config, one_device_peak):
         from devplace.portfolio.sim_search import place
 
@@ -129,7 +129,7 @@ def _repaired_track(graph, cluster, seed: int, config, bound_us: float, start: t
         track, home, "looser-memory best", config.loose_memory_rounds, 0.0,
         until_us=bound_us * (1.0 + config.target_gap))
     report.update(start_us=None if home is None else home[0], rounds=rounds, best_us=best_us, evals=track.evals)
-    return None if home is None or not math.isfinite(track.best[0]) else track.best
+    return None if home is None or not math.isfinite(track.best.step_us) else track.best
 
 
 def _offer(search: _Search, found: tuple | None, report: dict, direction: str) -> None:

@@ -40,7 +40,7 @@ def _order_descent(search: _Search, bound_us: float | None) -> None:
     evals = search.config.order_descent_evals
     if not search.late_phase_may_run(bound_us, evals):
         return
-    began, before_us = search.evals, search.best[0]
+    began, before_us = search.evals, search.best.step_us
     step_us, devices, priority, _ = search.best
     order = positions(priority, search.graph.topo_rank)
     rng = np.random.default_rng((search.seed, STREAM))
@@ -62,4 +62,4 @@ def _order_descent(search: _Search, bound_us: float | None) -> None:
         kept += 1
         search.offer(step_us, devices, order, HOW)
     search.order_descent_report.update(evals=search.evals - began, kept=kept, before_us=before_us,
-                                       after_us=search.best[0])
+                                       after_us=search.best.step_us)

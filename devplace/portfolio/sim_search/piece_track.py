@@ -30,10 +30,10 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
     from the fastest end (``anneal._track_rounds``, within ``grad_block_behind`` past ``max_rounds``).
     The best before it, the descent ends, rounds and the track's best go to ``report`` (and the log)."""
     config = search.config
-    report.update(before_us=search.best[0])
+    report.update(before_us=search.best.step_us)
     piece_ops = [with_colocation(search.fine, np.flatnonzero(piece == p)) for p in range(int(piece.max()) + 1)]
     maps = [None if as_is else
-            np.array([np.bincount(search.best[1][ops], minlength=search.n_dev).argmax() for ops in piece_ops])]
+            np.array([np.bincount(search.best.devices[ops], minlength=search.n_dev).argmax() for ops in piece_ops])]
     maps += [search.rng.integers(0, search.n_dev, len(piece_ops)) for _ in range(starts - 1)]
     budget_end = search.evals + evals
     ends = []
@@ -42,7 +42,7 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
     try:
         for k, piece_devices in enumerate(maps):
             if piece_devices is None:          # as_is: the best itself
-                devices = search.best[1].copy()
+                devices = search.best.devices.copy()
             else:
                 devices = np.zeros(search.graph.n_ops, np.int64)
                 for ops, device in zip(piece_ops, piece_devices):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,6 +19,14 @@ from devplace.portfolio.sim_search.layers import interleaved_layers
 from devplace.robust import SEARCH_FIRST, check_count, perturbed_models
 from devplace.sim import Simulator
 from devplace.sim.result import usable_memory_bytes
+
+
+class Found(NamedTuple):
+    """A placement the search has found, as ``best`` and ``fitting`` keep it."""
+    step_us: float                  # its score (the step time, or its mean over perturbed models)
+    devices: np.ndarray | None      # per op; None before anything fits
+    priority: np.ndarray | None     # None: the topological order
+    how: str                        # which start, move or track found it
 
 
 def one_device_peak_bytes(sim: Simulator) -> float:
@@ -66,10 +75,10 @@ class _Search:
         update = graph.role == Role.UPDATE
         self.updates_first = np.where(update, -1.0, 0.0) * graph.n_ops + graph.topo_rank if update.any() else None
         self.closed_us = -math.inf      # a best at or under this ends the search (bound x (1 + closed_gap))
-        self.best = (math.inf, None, None, "none")  # (step us, devices, priority, how)
+        self.best = Found(math.inf, None, None, "none")
         self.starts: list[tuple] = []   # over-memory starts: (overflow bytes, step us, devices, priority, how)
         self.least = None               # smallest overflow seen: (overflow bytes, step us, SimResult)
-        self.fitting: list[tuple] | None = []   # starts that fit, as ``best``; None once annealing began
+        self.fitting: list[Found] | None = []   # starts that fit; None once annealing began
         self.pipeline_cuts = 0          # pipeline starts judged, fitting or not
         self.cheap_cuts = 0             # cheapest-cut stage counts judged at the memory, fitting or not
         self.balanced_cuts = 0          # balanced cheapest-cut starts judged (whatever the memory)
@@ -126,7 +135,7 @@ class _Search:
 
     def report(self, done: int | None = None) -> None:
         """Tell the progress hook how far the current task is and the best step time so far."""
-        best = self.best[0] if math.isfinite(self.best[0]) else None
+        best = self.best.step_us if math.isfinite(self.best.step_us) else None
         self.reporter.update(self.evals - self.phase_began if done is None else done, best_step_us=best)
 
     def memory_bytes(self) -> np.ndarray:
@@ -189,7 +198,7 @@ class _Search:
         ``evals`` (or rounds) may run: a budget, two devices or more, a bound (the nominal step time),
         time left and the best still more than ``target_gap`` above the bound."""
         return (evals > 0 and self.n_dev >= 2 and bound_us is not None and self.graph.n_ops > 0
-                and not self.out_of_time() and self.best[0] > bound_us * (1.0 + self.config.target_gap))
+                and not self.out_of_time() and self.best.step_us > bound_us * (1.0 + self.config.target_gap))
 
     def offer(self, step_us: float, devices: np.ndarray, priority, how: str) -> bool:
         """Keep (a copy of) the placement if it beats the best so far (and, before the annealing,
@@ -197,9 +206,9 @@ class _Search:
         if self.virtual:
             how = f"{how} under a virtual cap of {self.cap_bytes.max() / GIB:.4g} GiB"
         if self.fitting is not None:
-            self.fitting.append((step_us, devices.copy(), None if priority is None else priority.copy(), how))
-        if step_us < self.best[0]:
-            self.best = (step_us, devices.copy(), None if priority is None else priority.copy(), how)
+            self.fitting.append(Found(step_us, devices.copy(), None if priority is None else priority.copy(), how))
+        if step_us < self.best.step_us:
+            self.best = Found(step_us, devices.copy(), None if priority is None else priority.copy(), how)
             previous = self.shown_us
             if step_us < previous * 0.999:   # log gains of 0.1% or more
                 self.shown_us = step_us

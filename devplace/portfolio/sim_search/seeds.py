@@ -50,7 +50,7 @@ def _run_seed(search: _Search, spec: str) -> float | str:
     """Place with ``spec`` and offer it with each schedule order (or keep it for the repair);
     returns its best step time that fits, or why it has none."""
     graph = search.graph
-    if search.out_of_time() and search.best[1] is not None:
+    if search.out_of_time() and search.best.devices is not None:
         return "skipped: out of time"
     try:
         placement = place_spec(graph, search.cluster, algo=spec, seed=search.seed, check=False)
