@@ -242,6 +242,8 @@ def info(
         table.add_row("cost note", note)
     if summary["fixed_cost_edges"]:
         table.add_row("edges with fixed transfer time", str(summary["fixed_cost_edges"]))
+    if summary["order_only_edges"]:
+        table.add_row("order-only edges", str(summary["order_only_edges"]))
     if summary.get("flop_fallback", {}).get("ops"):
         est = summary["flop_fallback"]
         shown = ", ".join(est["kinds"][:10])

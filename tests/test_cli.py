@@ -26,6 +26,20 @@ def test_info_json_has_the_promised_fields():
     assert data["roles"]["forward"] == 96 and data["roles"]["backward"] == 96
     assert data["persistent_bytes"] == pytest.approx(4933015040.0)
     assert data["total_compute_us"]["gpu"] == pytest.approx(520453.0)
+    assert data["order_only_edges"] == 0
+
+
+def test_info_counts_order_only_edges(tmp_path):
+    from devplace.graph import GraphBuilder
+
+    b = GraphBuilder(["gpu"])
+    for name in ("read", "write"):
+        b.add_op(name, compute_us=1.0, output_bytes=8.0)
+    b.add_edge("read", "write", order_only=True)
+    path = tmp_path / "g.json"
+    dp.save_graph(b.build(), path)
+    assert "order-only edges" in run_cli("info", str(path)).stdout
+    assert "order-only edges" not in run_cli("info", GNMT).stdout
 
 
 def test_place_then_simulate_json_and_trace(tmp_path):
