@@ -6,7 +6,7 @@ from devplace.cluster import uniform_cluster
 from devplace.graph import GraphBuilder
 from devplace.portfolio.sim_search.config import SearchConfig
 from devplace.portfolio.sim_search.order_descent import HOW, _order_descent, positions
-from devplace.portfolio.sim_search.search import _Search
+from devplace.portfolio.sim_search.search import Found, _Search
 from devplace.sim import Simulator
 
 
@@ -36,15 +36,15 @@ def _descended(evals: int):
     graph, cluster, devices = _sender_or_chain()
     search = _Search(graph, cluster, SearchConfig(order_descent_evals=evals), seed=3)
     x_first = np.array([0.0 if n == "X" else 1.0 for n in graph.names])
-    search.best = (search.sim.step_time_us(devices, x_first), devices, x_first, "start")
+    search.best = Found(search.sim.step_time_us(devices, x_first), devices, x_first, "start")
     _order_descent(search, bound_us=1.0)
     return search
 
 
 def test_the_descent_sends_first_and_only_offers():
     search = _descended(50)
-    assert search.best[0] == 21.0 and search.best[3] == HOW
+    assert search.best.step_us == 21.0 and search.best.how == HOW
     assert search.order_descent_report["before_us"] == 39.0 and search.order_descent_report["evals"] == 50
-    assert search.sim.step_time_us(search.best[1], search.best[2]) == 21.0
-    assert _descended(50).best[2].tolist() == search.best[2].tolist()       # the seed decides
-    assert _descended(0).best[0] == 39.0 and not _descended(0).order_descent_report
+    assert search.sim.step_time_us(search.best.devices, search.best.priority) == 21.0
+    assert _descended(50).best.priority.tolist() == search.best.priority.tolist()       # the seed decides
+    assert _descended(0).best.step_us == 39.0 and not _descended(0).order_descent_report
