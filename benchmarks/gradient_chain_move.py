@@ -37,7 +37,7 @@ from devplace.portfolio.sim_search.anneal import _anneal, _lower_bound_us  # noq
 from devplace.portfolio.sim_search.config import GIB, SearchConfig  # noqa: E402
 from devplace.portfolio.sim_search.grad_blocks import gradient_owner  # noqa: E402
 from devplace.portfolio.sim_search.order_descent import _order_descent  # noqa: E402
-from devplace.portfolio.sim_search.search import _Search  # noqa: E402
+from devplace.portfolio.sim_search.search import Found, _Search  # noqa: E402
 from duplex_track_by_hand import _when, _write  # noqa: E402
 from relay_order import _graph_and_cluster, _load  # noqa: E402
 
@@ -192,7 +192,7 @@ def main(start: str, out: str, rounds: int, descent_evals: int, chosen: str | No
     order = priority if order_name == "own" else dict(search.orders(moved))[order_name]
     bound_us = _lower_bound_us(graph, cluster)
     search.fitting = None
-    search.best = (search.sim.step_time_us(moved, order), moved.copy(), order, name)
+    search.best = Found(search.sim.step_time_us(moved, order), moved.copy(), order, name)
     _order_descent(search, bound_us)
     after_descent = search.best[0]
     home = search.best
