@@ -208,7 +208,7 @@ def cells(start: str, out: str, min_branches: int, second: bool, own: bool, swee
     row.update(step_ms=step / 1e3, evals=s.evals - evals0)
     if rounds:
         s.offer(step, devices, priority, "cell greedy")
-        row["annealed_rounds"], _ = _track_rounds(s, s.best, "cells", rounds, s.config.grad_block_behind)
+        row["annealed_rounds"], _ = _track_rounds(s, s.best, "cells", rounds, s.config.track_behind)
         step, devices = s.best[0], s.best[1]
         row.update(annealed_ms=step / 1e3, annealed_evals=s.evals - evals0)
         print({k: row[k] for k in ("annealed_ms", "annealed_rounds", "annealed_evals")}, flush=True)

@@ -25,7 +25,7 @@ graph on every machine. Its incumbent is expanded to the ops and judged in the f
 its own start order and the search's orders. If it fits, annealing rounds run from it, each
 from the best this track found (a start slower than the best would be left by a round from the
 best): ``max_rounds``, then up to ``coarse_mip_rounds`` while the track's best is within
-``coarse_mip_behind`` of the best found (ResNet-50: seeds 0-3 gain 0.3-9.7 ms in rounds 9-16;
+``track_behind`` of the best found (ResNet-50: seeds 0-3 gain 0.3-9.7 ms in rounds 9-16;
 Transformer, Inception-V3, NASNet: the track stays 5-6% behind after 8). The track runs after
 the other rounds, only while the gap is above ``target_gap``, on graphs of at least
 ``coarse_mip_min_ops`` ops whose groups do not interleave (``MAX_PIECES_PER_GROUP``); it only
@@ -157,6 +157,6 @@ def _coarse_mip_rounds(search: _Search, bound_us: float | None) -> None:
     search.coarse_mip_report.update(before_us=search.best.step_us)
     home = _coarse_mip_start(search)
     rounds, best_us = (0, None) if home is None else _track_rounds(
-        search, home, "coarse MIP start", config.coarse_mip_rounds, config.coarse_mip_behind)
+        search, home, "coarse MIP start", config.coarse_mip_rounds, config.track_behind)
     search.coarse_mip_report.update(rounds=rounds, best_us=best_us)
     log.info("coarse MIP start: %s", search.coarse_mip_report)

@@ -86,10 +86,8 @@ class SearchConfig:
     coarse_mip_nodes: int = option(10000, "HiGHS branch-and-bound nodes for the coarse program (its only limit, "
                                           "so the same graph gives the same start on every machine)")
     coarse_mip_rounds: int = option(16, "annealing rounds from the coarse MIP start at most, each from that track's "
-                                        "best; past max_rounds only while that best is within coarse_mip_behind of "
+                                        "best; past max_rounds only while that best is within track_behind of "
                                         "the best found")
-    coarse_mip_behind: float = option(0.02, "the coarse MIP track goes on past max_rounds rounds only while its best "
-                                            "/ the best found - 1 is at most this")
     grad_block_share: float = option(0.25, "the gradient block track runs (after the coarse MIP track, while the gap is "
                                            "wide) where weights whose gradients are chains of their own hold at least "
                                            "this share of the step's compute (RNNLM 54%, GNMT 7%, the CNNs 0%)")
@@ -99,14 +97,14 @@ class SearchConfig:
     grad_block_starts: int = option(6, "block maps the track descends from: the best laid out by block, then random")
     grad_block_evals: int = option(4000, "simulator calls the gradient block descents share (0: no track)")
     grad_block_rounds: int = option(16, "annealing rounds from the fastest block descent at most, as coarse_mip_rounds")
-    grad_block_behind: float = option(0.02, "past max_rounds the gradient block track goes on only while its best / "
-                                            "the best found - 1 is at most this")
+    track_behind: float = option(0.02, "past max_rounds a track of its own (coarse MIP, gradient blocks, recurrence, "
+                                       "branches) goes on only while its best / the best found - 1 is at most this")
     recurrence_starts: int = option(6, "piece maps the recurrence track descends from (after the gradient block "
                                        "track, where it runs and a block's weight is recurrent): the best laid out "
                                        "by piece, then random")
     recurrence_evals: int = option(4000, "simulator calls the recurrence piece descents share (0: no track)")
     recurrence_rounds: int = option(16, "annealing rounds from the fastest recurrence piece descent at most, as "
-                                        "grad_block_rounds (and within grad_block_behind past max_rounds)")
+                                        "grad_block_rounds (and within track_behind past max_rounds)")
     branch_min_branches: int = option(3, "a fork whose region splits into at least this many branches is a cell "
                                          "whose branches the branch track moves whole")
     branch_share: float = option(0.25, "the branch track runs (after the recurrence track, while the gap is wide) "
@@ -117,7 +115,7 @@ class SearchConfig:
     branch_evals: int = option(6000, "simulator calls the branch piece descents share (0: no track; Inception-V3 at "
                                      "30%: the descent from the best ends after 5,416)")
     branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
-                                    "grad_block_rounds (and within grad_block_behind past max_rounds)")
+                                    "grad_block_rounds (and within track_behind past max_rounds)")
     loose_memory_factor: float = option(2.0, "the looser-memory track (last, where the memory / this and the memory "
                                              "would not hold the one-device peak; loose_memory.py): up, the search "
                                              "with this x the memory repaired into it and annealed (while the gap is "

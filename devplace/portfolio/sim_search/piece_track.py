@@ -27,7 +27,7 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
     piece (each on the device holding most of its ops; with ``as_is``, the best as it is, its
     pieces not made whole until a move carries them) and from ``starts`` - 1 random piece maps
     drawn from the search's rng, sharing ``evals``; then up to ``max_track_rounds`` annealing rounds
-    from the fastest end (``anneal._track_rounds``, within ``grad_block_behind`` past ``max_rounds``).
+    from the fastest end (``anneal._track_rounds``, within ``track_behind`` past ``max_rounds``).
     The best before it, the descent ends, rounds and the track's best go to ``report`` (and the log)."""
     config = search.config
     report.update(before_us=search.best.step_us)
@@ -61,6 +61,6 @@ def _piece_track(search: _Search, piece: np.ndarray, starts: int, evals: int, ma
         return
     home = min(ends, key=lambda end: end[0])
     search.offer(*home)
-    rounds, best_us = _track_rounds(search, home, f"{name}s", max_track_rounds, config.grad_block_behind)
+    rounds, best_us = _track_rounds(search, home, f"{name}s", max_track_rounds, config.track_behind)
     report.update(rounds=rounds, best_us=best_us)
     log.info("%s track: %s", name, report)
