@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from devplace.bounds.relaxation import Relaxation, longest_path, windows_us
-from devplace.bounds.turn_path import turn_probe, turn_sides
+from devplace.bounds.turn_path import turn_probe, turn_reads
 from devplace.sim.channels import COMM_MODEL_CODES, DUPLEX, SEQUENTIAL
 
 
@@ -223,9 +223,8 @@ def _turn_items(graph, path_ops: np.ndarray, q: int, us_per_byte: float, positio
     ``position`` and ``hold_us`` from ``_position_and_hold``)."""
     m = len(path_ops)
     x = int(path_ops[q])
-    anc, desc = turn_sides(graph, x)
     src, dst, out, hold = graph.edge_src, graph.edge_dst, graph.output_bytes, hold_us
-    crossing = anc[src] & (src != x) & desc[dst] & (out[src] > 0) & ~graph.edge_order_only
+    crossing = turn_reads(graph, x)
     largest = np.zeros(graph.n_ops)
     np.maximum.at(largest, src[crossing], hold[crossing])
     makers = np.unique(src[crossing])

@@ -212,14 +212,21 @@ def turn_sides(graph, x: int):
     return anc, desc
 
 
+def turn_reads(graph, x: int) -> np.ndarray:
+    """Per edge, whether it reads across the turn x: an output made before it (by an op other than x,
+    with output bytes) read at or after it, over an edge that is not ``order_only`` (such a consumer
+    keeps nothing): the edges every turn argument charges (``turn_path_us``, ``turn_cut_us``)."""
+    anc, desc = turn_sides(graph, x)
+    src = graph.edge_src
+    return anc[src] & (src != x) & desc[graph.edge_dst] & (graph.output_bytes[src] > 0) & ~graph.edge_order_only
+
+
 def _turn_items(graph, rel: Relaxation, column: np.ndarray, x: int):
     """Per item (see ``turn_path_us``), its producer and the reader it is charged with: one reader
     in the producer's unit if there is one, else the first."""
-    anc, desc = turn_sides(graph, x)
     src, dst = graph.edge_src, graph.edge_dst
     ka, kb = column[rel.unit[src]], column[rel.unit[dst]]
-    keep = (anc[src] & (src != x) & desc[dst] & (graph.output_bytes[src] > 0) & (rel.cut_us > 0) & (ka >= 0) & (kb >= 0)
-            & ~graph.edge_order_only)
+    keep = turn_reads(graph, x) & (rel.cut_us > 0) & (ka >= 0) & (kb >= 0)
     edges = np.flatnonzero(keep)
     edges = edges[np.lexsort((ka[edges] != kb[edges], src[edges]))]     # by producer, a same-unit reader first
     first = np.unique(src[edges], return_index=True)[1]
