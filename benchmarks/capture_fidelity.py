@@ -35,6 +35,7 @@ import devplace as dp
 from devplace.torchcapture.costs import CLOCKS
 from devplace.torchcapture.targets import load_target
 from devplace.cluster import uniform_cluster
+from devplace.fileio import write_text_atomic
 
 # Every zoo model at its 'medium' preset (a one-thread CPU step of ~10-500 ms); the 'small' presets
 # (ops of 1-10 us, where the per-op call cost shows) are in BENCHMARKS.md too: pass them by name.
@@ -115,8 +116,8 @@ def main(argv=None) -> int:
               f"capture {row['capture_s']:.1f} s, load {row['load_average_1min']}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "torch": torch.__version__,
-                               "threads": torch.get_num_threads(), "rows": rows}, indent=2))
+    write_text_atomic(out, json.dumps({"machine": platform.platform(), "torch": torch.__version__,
+                                       "threads": torch.get_num_threads(), "rows": rows}, indent=2))
     return 0
 
 

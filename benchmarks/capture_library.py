@@ -26,6 +26,7 @@ import test_capture_models as library  # noqa: E402
 
 import devplace as dp  # noqa: E402
 from devplace.graph import Role  # noqa: E402
+from devplace.fileio import write_text_atomic  # noqa: E402
 
 CLUSTER = "8xh100-nvlink"
 UPDATES = ("per-parameter", "foreach", "fused")
@@ -66,8 +67,8 @@ def main(argv=None) -> int:
               f"estimated {row['estimated_flops_share']:.3%}; update: {forms}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "torch": torch.__version__, "cluster": CLUSTER,
-                               "rows": rows}, indent=2))
+    write_text_atomic(out, json.dumps({"machine": platform.platform(), "torch": torch.__version__, "cluster": CLUSTER,
+                                       "rows": rows}, indent=2))
     return 0
 
 

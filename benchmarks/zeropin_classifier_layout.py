@@ -1,4 +1,4 @@
-"""NOTES-zeropin: GNMT's "8 GiB best by block, classifier weights tied" layout (gnmt_wavefront.json,
+"""Round 45 (benchmarks/rounds/how-far-from-optimal.md): GNMT's "8 GiB best by block, classifier weights tied" layout (gnmt_wavefront.json,
 classifier and its weights on GPU 1) simulated on the graph before and after the fix: per-GPU peaks.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/zeropin_classifier_layout.py BEFORE.json AFTER.json

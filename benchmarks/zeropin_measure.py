@@ -1,4 +1,4 @@
-"""NOTES-zeropin: zero-byte edges into update ops and one-device peak memory, before/after the fix.
+"""Round 45 (benchmarks/rounds/how-far-from-optimal.md): zero-byte edges into update ops and one-device peak memory, before/after the fix.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/zeropin_measure.py BEFORE.json AFTER.json LOGITS_OP
 """

@@ -1,4 +1,4 @@
-"""NOTES-zeropin: the zero-byte edges from backward ops into update ops that remain after the fix.
+"""Round 45 (benchmarks/rounds/how-far-from-optimal.md): the zero-byte edges from backward ops into update ops that remain after the fix.
 
 An edge s -> u is an alias edge (u reads a view of s's output, e.g. a gradient ``t(mm)``) when a
 zero-output op w lies between them (s -> w -> u); the others are write-after-read ordering edges

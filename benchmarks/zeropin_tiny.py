@@ -1,4 +1,4 @@
-"""NOTES-zeropin: a 2-layer MLP classifier with foreach Adam: which zero-byte edges run from forward ops
+"""Round 45 (benchmarks/rounds/how-far-from-optimal.md): a 2-layer MLP classifier with foreach Adam: which zero-byte edges run from forward ops
 into update ops, and why (the fx nodes, their storage keys and owners), and how much memory the
 one-GPU simulation still holds when the first update starts.
 

@@ -1,4 +1,4 @@
-"""NOTES-zeropin: what the remaining ordering-only edges into updates cost in one-device peak memory.
+"""Round 45 (benchmarks/rounds/how-far-from-optimal.md): what the remaining ordering-only edges into updates cost in one-device peak memory.
 
 Drops every zero-byte edge from a backward op into an update op that is not an alias edge (see
 zeropin_residual.py) and simulates the graph on one GPU: an estimate of what an order-only edge

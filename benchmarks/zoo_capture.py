@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from devplace.fileio import write_text_atomic
+
 RESULTS = Path(__file__).parent / "results" / "zoo_capture.json"
 CLUSTER = "baechi-4x2080"
 
@@ -131,7 +133,7 @@ def main() -> None:
         results["machine"] = {"python": platform.python_version(), "processor": platform.machine(),
                               "torch": __import__("torch").__version__}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        write_text_atomic(RESULTS, json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
