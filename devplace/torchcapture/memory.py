@@ -39,9 +39,6 @@ class StorageMap:
     new_bytes: dict[str, int]
     owner: dict[int, str]  # storage key -> owning node name
 
-    def owners_of(self, value) -> set[str]:
-        return {self.owner[k] for k in (storage_key(t) for t in tensors_in(value)) if k in self.owner}
-
 
 def storage_map(gm: torch.fx.GraphModule) -> StorageMap:
     new_bytes: dict[str, int] = {}
