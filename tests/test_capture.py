@@ -244,7 +244,10 @@ def small_cnn():
     return model, torch.randn(2, 3, 8, 8), torch.tensor([1, 4])
 
 
-def test_small_cnn_graph_measured_on_cpu():
+def test_small_cnn_graph_measured_on_cpu(monkeypatch):
+    from devplace.torchcapture import graph_from_fx
+
+    monkeypatch.setattr(graph_from_fx, "MEMBER_MIN_BYTES", 0)  # hold even this model's few-byte elements apart
     model, x, labels = small_cnn()
     loss = lambda out, y: nn.functional.cross_entropy(out, y)  # noqa: E731
     g = capture(model, (x,), loss, targets=(labels,), cost="measured", repeats=2, progress=False)
@@ -255,7 +258,13 @@ def test_small_cnn_graph_measured_on_cpu():
     assert len(conv) == 1 and g.output_bytes[conv[0]] == 2 * 4 * 8 * 8 * F32
     assert [g.mirror[i] for i in ops_of(g, "convolution_backward")] == conv
     pool = ops_of(g, "max_pool2d_with_indices")[0]
-    assert g.output_bytes[pool] == 2 * 4 * 4 * 4 * (F32 + 8)  # values and int64 indices
+    # the values, read by the next layer; the int64 indices, read by the backward, are an output member of their own
+    assert g.output_bytes[pool] == 2 * 4 * 4 * 4 * F32 and g.temp_bytes[pool] == 2 * 4 * 4 * 4 * 8
+    (indices,) = [e for e in g.out_edges(pool) if g.edge_order_only[e] and g.kinds[g.edge_dst[e]] == "getitem"]
+    indices = g.edge_dst[indices]
+    assert g.output_bytes[indices] == 2 * 4 * 4 * 4 * 8 and g.colocation[indices] == g.colocation[pool] >= 0
+    assert [g.kinds[i] for i in g.successors(indices)] == ["max_pool2d_with_indices_backward"]
+    assert "max_pool2d_with_indices_backward" not in [g.kinds[g.edge_dst[e]] for e in g.out_edges(pool)]
     assert g.output_bytes[ops_of(g, "view", Role.FORWARD)].sum() == 0  # Flatten
     assert g.output_bytes[ops_of(g, "target")[0]] == 2 * 8
     assert len(ops_of(g, "addcdiv_", Role.UPDATE)) == 4
@@ -393,10 +402,16 @@ def test_expert_places_captured_gnmt_layers_by_module_scope(gnmt_small):
     assert (result.peak_memory_bytes <= cluster.memory_bytes).all()
 
 
-def test_batchnorm_running_stats_are_updated_in_place_and_grouped_with_their_module():
+def test_batchnorm_running_stats_are_updated_in_place_and_grouped_with_their_module(monkeypatch):
+    from devplace.torchcapture import graph_from_fx
+
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(64, 2))
     x = torch.randn(2, 3, 4, 4)
+    # elements of a few bytes stay in their op by default (MEMBER_MIN_BYTES); held apart, they are members
+    whole = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(1.0))
+    assert "getitem" not in whole.kinds
+    monkeypatch.setattr(graph_from_fx, "MEMBER_MIN_BYTES", 0)
     g, traced = capture(model, x, mse, cost="roofline", cluster=gpu_cluster(1.0), return_trace=True)
     buffers = ops_of(g, "buffer")
     assert g.persistent_bytes[buffers].sum() == 2 * 4 * F32 + 8  # running mean, var; int64 batch count
@@ -404,8 +419,18 @@ def test_batchnorm_running_stats_are_updated_in_place_and_grouped_with_their_mod
     assert len(group) == 1 and g.colocation_names[group.pop()] == "buffers:1"
     members = set(g.colocation_members[g.colocation[buffers[0]]].tolist())
     # native_batch_norm updates both running stats (its schema does not say so), add_ the batch count
-    assert {g.kinds[i] for i in members} == {"buffer", "native_batch_norm", "add_"}
+    # and its statistics, which only its backward reads, are output members on its device (getitem)
+    assert {g.kinds[i] for i in members} == {"buffer", "native_batch_norm", "add_", "getitem"}
     assert all(g.role[i] == Role.FORWARD for i in members if g.kinds[i] != "buffer")
+    (norm,) = ops_of(g, "native_batch_norm")
+    (norm_backward,) = ops_of(g, "native_batch_norm_backward")
+    stats = [i for i in members if g.kinds[i] == "getitem"]
+    assert len(stats) == 2 and (g.output_bytes[stats] == 4 * F32).all()
+    assert all(norm_backward in g.successors(i).tolist() for i in stats)
+    # the backward reads the statistics and the running stats the forward wrote, never the normalized output:
+    # an edge from the forward op only orders, so that output is freed once the forward has read it
+    assert all(g.edge_order_only[e] for e in g.out_edges(norm) if g.edge_dst[e] == norm_backward)
+    assert g.output_bytes[norm] == 2 * 4 * 4 * 4 * F32
     # running the traced step on real tensors updates the buffers passed in, as an eager step does
     args = traced.real_args(model, x)
     first = len(traced.param_names)

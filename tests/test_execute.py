@@ -105,6 +105,30 @@ def test_distributed_backend_matches_an_eager_step(prepared):
     assert children_alive() == []
 
 
+def test_output_members_run_on_their_producers_device_and_match_an_eager_step(monkeypatch):
+    """The small CNN captured with every output member split off (its pooling indices, batch-norm statistics
+    and weight gradients are ops of their own), each member's readers on the other device from its producer:
+    the tuple stays where it was computed, each member crosses alone, and the step matches an eager one."""
+    from devplace.torchcapture import graph_from_fx
+
+    monkeypatch.setattr(graph_from_fx, "MEMBER_MIN_BYTES", 0)
+    p = prepare(MODELS["cnn"], repeats=1)
+    members = [i for i in range(p.graph.n_ops) if p.graph.kinds[i] == "getitem"]
+    assert len(members) >= 3
+    devices = np.zeros(p.graph.n_ops, np.int64)
+    for i in members:
+        devices[[r for r in p.graph.successors(i).tolist() if p.graph.colocation[r] < 0]] = 1
+    pl = Placement(devices=devices)
+    check_against_graph(p.program, p.graph, pl, cluster_for(p.graph))
+    plan = make_plan(p.program, p.graph, pl, 2)
+    sent = {p.program.instrs[j].name for j in plan.sends}
+    assert {p.graph.names[i] for i in members} & sent
+    assert not {p.graph.names[p.graph.predecessors(i)[0]] for i in members} & sent - {p.graph.names[i] for i in members}
+    result = run(None, pl, cluster=cluster_for(p.graph), prepared=p, steps=1, warmup=0)
+    worst, error = max_difference(result.outputs, eager_reference(p))
+    assert error <= TOLERANCE, f"{worst} differs by {error:.2e}"
+
+
 def test_multi_step_run_keeps_training(prepared):
     """Parameters are updated in place on their device, so a second step starts from the first's."""
     p = prepared["mlp"]

@@ -3,14 +3,23 @@
 Graph ops are the fx placeholders (parameters, buffers, optimizer state, inputs) and the ATen
 call_function nodes, named as in the fx graph so an executor can map each op back to its node.
 Other nodes (``getitem``, Python arithmetic on symbolic scalars, profiler markers) are glue:
-an edge through them joins the ATen ops on either side.
+an edge through them joins the ATen ops on either side. One kind of ``getitem`` is an op of its
+own, an *output member* (``output_members``): where a forward or backward op returns tensors that
+different ops read (batch norm's output and the statistics its backward reads; a convolution
+backward's input gradient and the weight gradient the update reads), each later tensor is a
+zero-time op on its producer's device, so it stays allocated only while its own readers need it.
+An op has one output buffer in the graph, so otherwise the statistics' reader would keep the
+batch-norm output allocated through the turn of the step, as PyTorch does not.
 
 Edges: each data dependency (bytes of the tensor passed); an edge from a storage's owner to every
 op that reads an alias of it (0 bytes), so the owner's output stays allocated while a view of it
 is in use; and an edge from every earlier reader of a storage to an op that writes it in place
 (0 bytes, ``order_only``), so no placement can run an update before the reads it must follow. The
 last kind orders and nothing more: the writer does not read the reader's output, so it must not
-keep it allocated (a classifier's logits would otherwise live until its weight's update).
+keep it allocated (a classifier's logits would otherwise live until its weight's update). So is the
+edge from an op that writes a storage in place and returns new tensors besides (batch norm and its
+running statistics) to a later reader of that storage: the reader needs the write done, not the
+writer's output.
 """
 
 from __future__ import annotations
@@ -26,6 +35,10 @@ from devplace.torchcapture.trace import TracedStep, _phase, mirror_of, scope_of
 from devplace.graph import GraphBuilder, OpGraph, Role
 
 SCALAR_EDGE_BYTES = 8.0  # a Python/symbolic scalar passed between ops
+# An element becomes an output member only if the op's other elements hold at least this: below it the
+# memory is noise beside a device's, each member is one more op for every placer, and the learners'
+# shipped models were trained on the small graphs, which have none (their features rank op kinds).
+MEMBER_MIN_BYTES = 2**20
 
 
 def is_op_node(node: torch.fx.Node) -> bool:
@@ -49,6 +62,7 @@ class OpStats:
     launches: np.ndarray  # kernel launches: 0 for placeholders and views, a piece's share for split updates
     dtypes: list[str]  # the dtype an op computes in ("float32", "bfloat16", ...; "" without a kernel)
     estimated: list[str]  # op kinds whose FLOPs are shape estimates
+    members: dict[str, str]  # output member (a getitem node) -> the op whose output it takes (output_members)
 
     @property
     def names(self) -> list[str]:
@@ -57,14 +71,15 @@ class OpStats:
 
 def op_stats(traced: TracedStep) -> OpStats:
     storages = storage_map(traced.gm)
-    nodes = [n for n in traced.gm.graph.nodes if is_op_node(n)]
+    members = output_members(traced.gm, storages)
+    nodes = [n for n in traced.gm.graph.nodes if is_op_node(n) or n.name in members]
     n = len(nodes)
     flops, read, written = np.zeros(n), np.zeros(n), np.zeros(n)
     launches = np.zeros(n)
     dtypes = [""] * n
     estimated: set[str] = set()
     for i, node in enumerate(nodes):
-        if node.op == "placeholder":
+        if node.op == "placeholder" or node.name in members:  # no kernel: its producer computed it
             continue
         outputs = tensors_in(node.meta.get("val"))
         aliasing = bool(outputs) and storages.new_bytes[node.name] == 0 and not mutated_args(node)
@@ -76,7 +91,38 @@ def op_stats(traced: TracedStep) -> OpStats:
             estimated.add(op_name(node.target))
         read[i], written[i] = node_bytes(node)
         dtypes[i] = node_dtype(node)
-    return OpStats(nodes, flops, read, written, launches, dtypes, sorted(estimated))
+    return OpStats(nodes, flops, read, written, launches, dtypes, sorted(estimated), members)
+
+
+def output_members(gm: torch.fx.GraphModule, storages) -> dict[str, str]:
+    """The ``getitem`` nodes that are ops of their own: getitem node -> the op it takes from.
+
+    A forward or backward op's element ``k >= 1`` is one when it is a tensor the op allocated (in no
+    other element) and the ops reading it are not those reading element 0 (``native_batch_norm``'s
+    statistics, read by its backward; ``convolution_backward``'s weight gradient, read by the
+    update), and the op's other elements hold at least ``MEMBER_MIN_BYTES``. Update ops are left
+    whole: their elements are read at the end of the step, and a multi-tensor update would become
+    one op per parameter. So are ops returning scalars only."""
+    members: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not is_op_node(node) or _phase(node) not in ("forward", "backward"):
+            continue
+        value = node.meta.get("val")
+        if not isinstance(value, (tuple, list)) or len(value) < 2 or all(t.dim() == 0 for t in tensors_in(value)):
+            continue  # one tensor, or scalars only (a loss and its weight): nothing worth freeing apart
+        takes = {u.args[1]: u for u in node.users if u.target is _getitem and isinstance(u.args[1], int)}
+        keys = [[storage_key(t) for t in tensors_in(element)] for element in value]
+        sizes = [sum(t.untyped_storage().nbytes() for t in tensors_in(element)) for element in value]
+        first_readers = set(takes[0].users) if 0 in takes else set()
+        for k, getitem in takes.items():
+            own = keys[k]
+            if (k == 0 or not own or any(storages.owner.get(key) != node.name for key in own)
+                    or any(key in other for j, other in enumerate(keys) if j != k for key in own)
+                    or sum(sizes) - sizes[k] < MEMBER_MIN_BYTES):
+                continue
+            if set(getitem.users) != first_readers:
+                members[getitem.name] = node.name
+    return members
 
 
 def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.ndarray], meta: dict,
@@ -89,6 +135,17 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
     mirrors = mirror_of(gm)
     builder = GraphBuilder(list(compute_us))
     is_op = {node.name: True for node in stats.nodes}
+    nodes_by_name = {node.name: node for node in stats.nodes}
+    member_bytes: dict[str, float] = {}  # output member -> the bytes it takes from its producer's output
+    holder_of = dict(storages.owner)  # storage key -> the op holding it: a member holds its own
+    for name, producer in stats.members.items():
+        keys = {storage_key(t): t for t in tensors_in(nodes_by_name[name].meta.get("val"))}
+        member_bytes[name] = float(sum(t.untyped_storage().nbytes() for t in keys.values()))
+        holder_of.update((key, name) for key in keys)
+        groups[name] = groups.setdefault(producer, f"outputs:{producer}")  # a tuple never crosses devices
+    taken = {producer: 0.0 for producer in stats.members.values()}
+    for name, producer in stats.members.items():
+        taken[producer] += member_bytes[name]
 
     for i, node in enumerate(stats.nodes):
         times = {kind: float(col[i]) for kind, col in compute_us.items()}
@@ -102,13 +159,20 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
                 colocation=groups.get(node.name), role=Role.OTHER,
             )
             continue
-        role = {"forward": Role.FORWARD, "backward": Role.BACKWARD, "update": Role.UPDATE}.get(_phase(node), Role.OTHER)
+        producer = stats.members.get(node.name)
+        role = {"forward": Role.FORWARD, "backward": Role.BACKWARD, "update": Role.UPDATE}.get(
+            _phase(nodes_by_name[producer] if producer else node), Role.OTHER)
+        if producer:  # allocated while its producer runs (a temporary there), then held on its own
+            builder.add_op(node.name, compute_us=times, kind="getitem", output_bytes=member_bytes[node.name],
+                           colocation=groups[node.name], role=role)
+            continue
         mirror = mirrors.get(node.name) if role == Role.BACKWARD else None
         kind = op_name(node.target)
+        moved = taken.get(node.name, 0.0)
         builder.add_op(
             node.name, compute_us=times, kind=GPU_KERNELS.get(kind, kind) if gpu_kernels else kind,
-            output_bytes=float(storages.new_bytes[node.name]), colocation=groups.get(node.name),
-            role=role, mirror=mirror if mirror in is_op else None,
+            output_bytes=float(storages.new_bytes[node.name]) - moved, temp_bytes=moved,
+            colocation=groups.get(node.name), role=role, mirror=mirror if mirror in is_op else None,
         )
 
     edges: dict[tuple[str, str], float] = {}
@@ -126,18 +190,22 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
     for node in stats.nodes:
         if node.op == "placeholder":
             continue
-        read_keys: set[int] = set()
+        if node.name in stats.members:  # it reads nothing: its producer made it (an order, not a read)
+            add(stats.members[node.name], node.name, 0.0, order_only=True)
+            continue
+        read_keys: dict[int, None] = {}  # in argument order: keys are addresses, so a set's order changes per run
         for arg in node.all_input_nodes:
             for src, nbytes in producers(arg):
                 add(src, node.name, nbytes)
             for t in tensors_in(arg.meta.get("val")):
-                read_keys.add(storage_key(t))
+                read_keys[storage_key(t)] = None
         for key in read_keys:
-            owner = storages.owner.get(key)
-            if owner is not None and owner in is_op:
-                add(owner, node.name, 0.0)
-            if key in last_writer:  # an in-place op returning nothing (multi-tensor) has no data edge
-                add(last_writer[key], node.name, 0.0)
+            holder = holder_of.get(key)
+            if holder is not None and holder in is_op:
+                add(holder, node.name, 0.0)
+            if key in last_writer:  # an in-place op returning nothing (multi-tensor) has no data edge;
+                writer = last_writer[key]  # one returning new tensors besides (batch norm) is read only in order
+                add(writer, node.name, 0.0, order_only=storages.new_bytes[writer] > 0)
         for target in mutated_args(node):
             for t in tensors_in(target.meta.get("val")):
                 for reader in readers.get(storage_key(t), []):
@@ -148,7 +216,8 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
     for (src, dst), nbytes in edges.items():
         builder.add_edge(src, dst, bytes=nbytes, order_only=(src, dst) not in reads)
     builder.meta.update(meta)
-    builder.meta["op_scope"] = op_scopes(traced, stats.nodes, mirrors)
+    scopes = dict(zip(stats.names, op_scopes(traced, stats.nodes, mirrors)))
+    builder.meta["op_scope"] = [scopes[stats.members.get(name, name)] for name in stats.names]  # a member: its producer's
     return builder.build()
 
 
