@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from devplace.torchcapture.flops import GPU_KERNELS, HOST_OPS, node_bytes, node_dtype, node_flops, op_name
-from devplace.torchcapture.memory import mutated_args, storage_key, storage_map, tensor_bytes, tensors_in
+from devplace.torchcapture.memory import (mutated_args, storage_bytes, storage_key, storage_map, tensor_bytes,
+                                          tensors_in)
 from devplace.torchcapture.trace import TracedStep, _phase, mirror_of, scope_of
 from devplace.graph import GraphBuilder, OpGraph, Role
 
@@ -112,7 +113,7 @@ def output_members(gm: torch.fx.GraphModule, storages) -> dict[str, str]:
             continue  # one tensor, or scalars only (a loss and its weight): nothing worth freeing apart
         takes = {u.args[1]: u for u in node.users if u.target is _getitem and isinstance(u.args[1], int)}
         keys = [[storage_key(t) for t in tensors_in(element)] for element in value]
-        sizes = [sum(t.untyped_storage().nbytes() for t in tensors_in(element)) for element in value]
+        sizes = [storage_bytes(element) for element in value]
         first_readers = set(takes[0].users) if 0 in takes else set()
         for k, getitem in takes.items():
             own = keys[k]
@@ -137,15 +138,14 @@ def build_graph(traced: TracedStep, stats: OpStats, compute_us: dict[str, np.nda
     is_op = {node.name: True for node in stats.nodes}
     nodes_by_name = {node.name: node for node in stats.nodes}
     member_bytes: dict[str, float] = {}  # output member -> the bytes it takes from its producer's output
+    taken: dict[str, float] = {}  # producer -> the bytes its members took
     holder_of = dict(storages.owner)  # storage key -> the op holding it: a member holds its own
     for name, producer in stats.members.items():
-        keys = {storage_key(t): t for t in tensors_in(nodes_by_name[name].meta.get("val"))}
-        member_bytes[name] = float(sum(t.untyped_storage().nbytes() for t in keys.values()))
-        holder_of.update((key, name) for key in keys)
+        value = nodes_by_name[name].meta.get("val")
+        member_bytes[name] = float(storage_bytes(value))
+        taken[producer] = taken.get(producer, 0.0) + member_bytes[name]
+        holder_of.update((storage_key(t), name) for t in tensors_in(value))
         groups[name] = groups.setdefault(producer, f"outputs:{producer}")  # a tuple never crosses devices
-    taken = {producer: 0.0 for producer in stats.members.values()}
-    for name, producer in stats.members.items():
-        taken[producer] += member_bytes[name]
 
     for i, node in enumerate(stats.nodes):
         times = {kind: float(col[i]) for kind, col in compute_us.items()}

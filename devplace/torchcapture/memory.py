@@ -27,6 +27,12 @@ def storage_key(t: torch.Tensor) -> int:
     return StorageWeakRef(t.untyped_storage()).cdata
 
 
+def storage_bytes(value) -> int:
+    """Bytes of the distinct storages under the tensors of ``value`` (what holding it keeps allocated)."""
+    storages = {storage_key(t): t.untyped_storage().nbytes() for t in tensors_in(value)}
+    return sum(storages.values())
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes of the tensor's own elements (what a transfer of it would move)."""
     return t.numel() * t.element_size()
