@@ -164,6 +164,13 @@ class OpGraph:
             raise GraphError(f"no op named {name!r} in the graph") from None
 
     @cached_property
+    def holds_activations(self) -> bool:
+        """Whether the graph models activation memory: some op owns output or temporary bytes. The
+        dnn-partitioning graphs do not (a node's memory is its weights), so the simulator charges
+        their received copies nothing either, as their authors' model does."""
+        return bool(self.output_bytes.any() or self.temp_bytes.any())
+
+    @cached_property
     def topo_rank(self) -> np.ndarray:
         """Position of each op in ``topo_order``: the default scheduling priority."""
         rank = np.empty(self.n_ops, dtype=np.int64)

@@ -184,7 +184,7 @@ def list_schedule_pinned(graph, cluster, devices):
         graph.succ_ptr, graph.succ_edge, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.edge_dst,
         graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
         planning_model(cluster.comm_model_code), memory.device, memory.reserved_bytes, memory.temp_max,
-        memory.capacity, memory.copy_counted, memory.static_bytes, memory.output_bytes, memory.temp_bytes,
+        memory.capacity, memory.copy_counted, memory.static_bytes, memory.copy_bytes, memory.temp_bytes,
         memory.moves, False, *schedule_memory_args(graph, cluster),
     )
     assert status == 0

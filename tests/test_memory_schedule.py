@@ -1,6 +1,9 @@
 """Baechi's placers with memory followed over the schedule they build (``_memory.ScheduleMemory``):
 every placement they return fits in simulation, and they place where the never-freeing model cannot."""
 
+import dataclasses
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -56,6 +59,24 @@ def test_every_placement_returned_fits_in_simulation(case):
         assert p.options["memory_model"] in ("schedule", "never-free")
         assert p.colocation_violations(g) == []
         assert dp.simulate(g, c, p).fits, (algo, p.options)
+
+
+@given(graph_and_tight_cluster(), st.integers(0, 2**31))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_never_freeing_model_fits_in_simulation_when_views_and_weights_cross(case, seed):
+    """The sound model alone (no attempt over the schedule, so no simulation check): a view or a
+    weight owns no output bytes, but a device it is sent to holds the bytes sent."""
+    g, c = case
+    viewlike = np.random.default_rng(seed).random(g.n_ops) < 0.5
+    g = dataclasses.replace(g, output_bytes=np.where(viewlike, 0.0, g.output_bytes))
+    with mock.patch.object(_memory, "SCHEDULE_ATTEMPTS", 0):
+        for algo in ALGOS:
+            try:
+                p = dp.place(g, c, algo=algo, check=False)
+            except OutOfMemoryError:
+                continue
+            assert p.options["memory_model"] == "never-free"
+            assert dp.simulate(g, c, p).fits, (algo, dp.simulate(g, c, p).peak_memory_bytes - c.memory_bytes)
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -1,6 +1,8 @@
 """The simulator: hand-worked examples of each rule in devplace/sim/engine.py, then invariants
 checked on random DAGs."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -253,6 +255,34 @@ def test_an_order_only_edge_orders_its_ends_but_keeps_nothing_allocated():
     assert r.start_us[1] == 1 and len(r.transfer_op) == 0 and r.peak_memory_bytes.tolist() == [50, 0]
 
 
+def test_a_received_view_or_weight_takes_the_bytes_sent():
+    # a weight (persistent, no output bytes of its own) read through a view (zero time, no bytes of its
+    # own) on device 0, by a matmul on device 1: device 1 holds the 400 bytes that arrive until the
+    # matmul finishes, as the executor's receive buffer does. Before, a copy was charged the
+    # producer's output bytes, 0 here.
+    b = GraphBuilder(["gpu"])
+    b.add_op("weight", compute_us=0, persistent_bytes=400)
+    b.add_op("view", compute_us=0)
+    b.add_op("matmul", compute_us=10, output_bytes=8)
+    b.add_edge("weight", "view", bytes=400)
+    b.add_edge("view", "matmul", bytes=400)
+    b.add_edge("weight", "matmul")  # the capture's edge from a storage's owner to a reader of its alias
+    g = b.build()
+    c = uniform_cluster(2, latency_us=1, bandwidth_bytes_per_us=100)
+    r = simulate(g, c, [0, 0, 1])
+    assert r.transfer_bytes.tolist() == [400]
+    times, used = r.memory_timeline(1)
+    assert list(zip(times.tolist(), used.tolist())) == [(0, 400), (5, 408), (15, 400), (15, 0)]
+    assert r.peak_memory_bytes.tolist() == [400, 408]
+    # the weight itself sent: the same bytes arrive
+    assert simulate(g, c, [0, 1, 1]).peak_memory_bytes.tolist() == [400, 408]
+    # a graph where no op owns output bytes (dnn-partitioning's: weights only) models no activations,
+    # and its copies take nothing, as in its authors' memory model
+    weights_only = dataclasses.replace(g, output_bytes=np.zeros(3))
+    assert not weights_only.holds_activations and g.holds_activations
+    assert simulate(weights_only, c, [0, 0, 1]).peak_memory_bytes.tolist() == [400, 0]
+
+
 def test_out_of_memory_names_device_and_first_overflow_op():
     g, devices = memory_example()
     c = uniform_cluster(2, latency_us=5, bandwidth_bytes_per_us=1, memory_bytes=120)
@@ -436,7 +466,9 @@ def reference_peak_memory(g: OpGraph, n_dev: int, devices: np.ndarray, r) -> np.
             free = max(free, r.transfer_end_us[x])
             dv = r.transfer_dst[x]
             last = max(r.finish_us[v] for v in g.successors(u) if devices[v] == dv)
-            intervals[dv].append((r.transfer_start_us[x], last, g.output_bytes[u]))
+            sent = max(g.edge_bytes[e] for e in g.out_edges(u) if devices[g.edge_dst[e]] == dv)
+            held = max(g.output_bytes[u], sent) if (g.output_bytes.any() or g.temp_bytes.any()) else g.output_bytes[u]
+            intervals[dv].append((r.transfer_start_us[x], last, held))
         intervals[d].append((r.start_us[u], free, g.output_bytes[u]))
     peak = np.zeros(n_dev)
     for d in range(n_dev):

@@ -171,11 +171,20 @@ def zoo_step(request):
 def test_each_fits_a_captured_zoo_model(zoo_step, algo):
     graph, cluster = zoo_step
     name, _, method = algo.partition(":")
-    # and a tight one, so every baseline has to spread the step: devices of twice its even share (fx's
-    # never-freeing count with received copies refuses GNMT at 1.5x and, filling device 0 fuller, at 2.5x)
+    # and a tight one, so every baseline has to spread the step: devices of twice its even share. fx's
+    # greedy fill, counting every received copy (a weight's too) and never freeing, is not monotone in
+    # memory: it refuses GNMT at 2.5x and 3x and the Transformer at 2x and 3.5x, so it gets the first of
+    # 2x and 3x at which it places
+    kw = {"method": method} if method else {}
+    assert not dp.simulate(graph, cluster, dp.place(graph, cluster, name, **kw)).oom_devices  # place() simulates too
     need = float((graph.persistent_bytes + graph.output_bytes).sum())
-    tight = cluster.with_memory_fraction(2 * need / cluster.n_devices / float(cluster.memory_bytes.min()))
-    for c in (cluster, tight):
-        p = dp.place(graph, c, name, **({"method": method} if method else {}))   # place() simulates: it fits
-        assert not dp.simulate(graph, c, p).oom_devices
-    assert len(set(p.devices.tolist())) > 1
+    factors = (2, 3) if name == "fx-size-partition" else (2,)
+    for factor in factors:
+        tight = cluster.with_memory_fraction(factor * need / cluster.n_devices / float(cluster.memory_bytes.min()))
+        try:
+            p = dp.place(graph, tight, name, **kw)
+        except OutOfMemoryError:
+            assert factor != factors[-1], f"{name} places at none of {factors} x the even share"
+            continue
+        assert not dp.simulate(graph, tight, p).oom_devices and len(set(p.devices.tolist())) > 1
+        break

@@ -24,9 +24,10 @@ latest finish:
   fall along the booking order. ``book`` begins a transfer at max(f, the free time of each channel it
   holds) and sets those free times to its *hold end* (begin + duration; a ``pipelined`` pair: begin +
   duration - the latency, 0 for a fixed time); a free time is 0 or the hold end of the last transfer
-  booked on that channel. Memory (``sim/engine.memory_events``, engine.py:434, 440, 481): the
-  received copy takes u's whole output bytes on e from the transfer's begin until u's last reader on
-  e finishes, and u's output stays on d until its transfers end. A *reader* of u is the consumer of an edge from u
+  booked on that channel. Memory (``sim/engine.memory_events``): the received copy takes at least
+  u's whole output bytes on e (the bytes sent, if more: a view's or a weight's) from the transfer's
+  begin until u's last reader on e finishes, and u's output stays on d until its transfers end.
+  The bounds count a copy as u's output bytes, so counting more on e keeps them sound. A *reader* of u is the consumer of an edge from u
   that is not ``order_only``: an order-only edge orders its ends and keeps nothing allocated, so the
   bounds' memory clauses never count on it.
 

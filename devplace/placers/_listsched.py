@@ -270,7 +270,7 @@ def schedule(
     time_us, op_gap_us, level, favorite, use_favorites, group, group_ptr, group_members,
     succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, edge_bytes, edge_fixed_us,
     latency_us, bandwidth, model,
-    device, reserved, temp_max, capacity, copy_counted, static_bytes, output_bytes, temp_bytes, moves,
+    device, reserved, temp_max, capacity, copy_counted, static_bytes, copy_bytes, temp_bytes, moves,
     track_schedule, schedule_claim, schedule_release,
 ):
     """The list scheduler. Returns (status, start, finish, order, stuck op); status 1 = out of memory.
@@ -394,13 +394,13 @@ def schedule(
             ops = members_of(v, group, group_ptr, group_members)
             tick += 1
             if not claim(ops, d, False, delta, stamp, tick, device, reserved, temp_max, capacity,
-                         copy_counted, static_bytes, output_bytes, temp_bytes,
+                         copy_counted, static_bytes, copy_bytes, temp_bytes,
                          succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, moves):
                 blocked[v * n_dev + d] = n
                 continue
             tick += 1
             claim(ops, d, True, delta, stamp, tick, device, reserved, temp_max, capacity,
-                  copy_counted, static_bytes, output_bytes, temp_bytes,
+                  copy_counted, static_bytes, copy_bytes, temp_bytes,
                   succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, moves)
         _inputs_ready(v, d, True, device, finish, arrival, pred_ptr, pred_edge, edge_src,
                       edge_bytes, edge_fixed_us, latency_us, bandwidth, model, free_us, scratch)
@@ -472,7 +472,7 @@ def schedule_args(graph, cluster, memory: MemoryModel, favorite: np.ndarray | No
         graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
         planning_model(cluster.comm_model_code),
         timed.device if track else memory.device, memory.reserved_bytes, memory.temp_max, memory.capacity,
-        memory.copy_counted, memory.static_bytes, memory.output_bytes, memory.temp_bytes, memory.moves,
+        memory.copy_counted, memory.static_bytes, memory.copy_bytes, memory.temp_bytes, memory.moves,
         track, timed.claim_args(), timed.release_args(),
     )
 

@@ -11,7 +11,8 @@ It therefore reserves on a device, and never frees:
 - the persistent bytes (weights, optimizer state) of every op placed there,
 - the output bytes of every op placed there (an activation kept for backward lives that long anyway),
 - one received copy of a producer's output per (producer, device) pair, once an edge that really
-  moves data (a fixed transfer time > 0, or bytes > 0) joins that producer to a consumer there,
+  moves data (a fixed transfer time > 0, or bytes > 0) joins that producer to a consumer there; a
+  copy is charged the most the simulator charges for one, ``received_copy_bytes``,
 - the largest temporary of the ops placed there: a device runs one op at a time and the simulator
   frees a temporary when its op finishes, so at most one temporary is alive at once.
 
@@ -44,6 +45,19 @@ def edge_moves_data(graph) -> np.ndarray:
     """Whether each edge makes the simulator send a copy when its ends are on two devices."""
     fixed = graph.edge_fixed_us
     return np.where(np.isnan(fixed), graph.edge_bytes > 0, fixed > 0)
+
+
+def received_copy_bytes(graph) -> np.ndarray:
+    """Per producer, the most a received copy of its output can take: its output bytes, or its
+    largest edge that moves data if more. The simulator charges a copy the bytes sent to that
+    device (and at least the output bytes), and a view or parameter sends bytes it does not own;
+    on a graph that models no activation memory (``OpGraph.holds_activations``), nothing more."""
+    if not graph.holds_activations:
+        return graph.output_bytes
+    moved = np.where(edge_moves_data(graph), graph.edge_bytes, 0.0)
+    largest_sent = np.zeros(graph.n_ops)
+    np.maximum.at(largest_sent, graph.edge_src, moved)
+    return np.maximum(graph.output_bytes, largest_sent)
 
 
 def group_csr(graph) -> tuple[np.ndarray, np.ndarray]:
@@ -82,7 +96,7 @@ def _count_copy(producer, dest, nbytes, n_dev, commit, delta, stamp, tick, copy_
 def claim(
     ops, d, commit, delta, stamp, tick,
     device, reserved, temp_max, capacity, copy_counted,
-    static_bytes, output_bytes, temp_bytes,
+    static_bytes, copy_bytes, temp_bytes,
     succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, moves,
 ):
     """Bytes each device gains if the unassigned ``ops`` go to device ``d``; True if all fit.
@@ -101,12 +115,12 @@ def claim(
             e = pred_edge[k]
             u = edge_src[e]
             if moves[e] and device[u] >= 0 and device[u] != d:
-                _count_copy(u, d, output_bytes[u], n_dev, commit, delta, stamp, tick, copy_counted)
+                _count_copy(u, d, copy_bytes[u], n_dev, commit, delta, stamp, tick, copy_counted)
         for k in range(succ_ptr[w], succ_ptr[w + 1]):  # readers placed elsewhere: a copy there
             e = succ_edge[k]
             dx = device[edge_dst[e]]
             if moves[e] and dx >= 0 and dx != d:
-                _count_copy(w, dx, output_bytes[w], n_dev, commit, delta, stamp, tick, copy_counted)
+                _count_copy(w, dx, copy_bytes[w], n_dev, commit, delta, stamp, tick, copy_counted)
     if largest_temp > temp_max[d]:
         delta[d] += largest_temp - temp_max[d]
     fits = True
@@ -130,7 +144,7 @@ class MemoryModel:
         n, n_dev = graph.n_ops, cluster.n_devices
         self.graph, self.cluster = graph, cluster
         self.static_bytes = graph.persistent_bytes + graph.output_bytes
-        self.output_bytes = graph.output_bytes
+        self.copy_bytes = received_copy_bytes(graph)
         self.temp_bytes = graph.temp_bytes
         self.moves = edge_moves_data(graph)
         self.group_ptr, self.group_members = group_csr(graph)
@@ -147,7 +161,7 @@ class MemoryModel:
         g = self.graph
         return (
             self.device, self.reserved_bytes, self.temp_max, self.capacity, self.copy_counted,
-            self.static_bytes, self.output_bytes, self.temp_bytes,
+            self.static_bytes, self.copy_bytes, self.temp_bytes,
             g.succ_ptr, g.succ_edge, g.pred_ptr, g.pred_edge, g.edge_src, g.edge_dst, self.moves,
         )
 
@@ -269,7 +283,7 @@ def run_claim(
     v, d, start_us, finish_us, commit, finish,
     group, group_ptr, group_members, device, persist, live, peak, capacity, copy_here,
     pool_time, pool_bytes, pool_n, hist_time, hist_live, hist_n,
-    persistent_bytes, output_bytes, temp_bytes, n_readers, pred_ptr, pred_edge, edge_src, moves,
+    persistent_bytes, output_bytes, temp_bytes, copy_bytes, n_readers, pred_ptr, pred_edge, edge_src, moves,
 ):
     """Whether op ``v`` fits when it runs on device ``d`` from ``start_us`` to ``finish_us``.
 
@@ -286,7 +300,7 @@ def run_claim(
     alloc = output_bytes[v] + temp_bytes[v]
     top = peak[d]
     lo, hi = pred_ptr[v], pred_ptr[v + 1]
-    copy_bytes = np.zeros(hi - lo)     # per in-edge: the copy it brings, and the history entry it is
+    arriving = np.zeros(hi - lo)       # per in-edge: the copy it brings, and the history entry it is
     since = np.zeros(hi - lo, np.int64)   # charged from (the one running when its producer finished)
     first = hist_n[d]
     for k in range(lo, hi):
@@ -294,15 +308,15 @@ def run_claim(
         u = edge_src[e]
         if moves[e] and device[u] != d and not copy_here[u * n_dev + d] \
                 and not earlier_edge_from(u, lo, k, pred_edge, edge_src):
-            alloc += output_bytes[u]
-            copy_bytes[k - lo] = output_bytes[u]
+            alloc += copy_bytes[u]
+            arriving[k - lo] = copy_bytes[u]
             since[k - lo] = _copy_window(d, finish[u], hist_time, hist_n)
             first = min(first, since[k - lo])
     for j in range(first, hist_n[d]):   # the history since the earliest copy was sent, with the copies
         extra = 0.0
         for k in range(hi - lo):
             if since[k] <= j:
-                extra += copy_bytes[k]
+                extra += arriving[k]
         if commit:
             hist_live[d, j] += extra
             top = max(top, hist_live[d, j])
@@ -342,7 +356,7 @@ def run_claim(
 @njit(cache=True)
 def release_inputs(
     v, finish, device, left, copy_here, free_at, pool_time, pool_bytes, pool_n,
-    output_bytes, succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, edge_order_only,
+    output_bytes, copy_bytes, succ_ptr, succ_edge, pred_ptr, pred_edge, edge_src, edge_dst, edge_order_only,
 ):
     """After ``v`` is booked: free each input whose readers have now all been booked (an
     ``order_only`` edge reads nothing, as in the simulator).
@@ -370,7 +384,7 @@ def release_inputs(
         _push_free(last, device[u], output_bytes[u], pool_time, pool_bytes, pool_n)
         for x in range(n_dev):
             if x != device[u] and copy_here[u * n_dev + x]:
-                _push_free(free_at[x], x, output_bytes[u], pool_time, pool_bytes, pool_n)
+                _push_free(free_at[x], x, copy_bytes[u], pool_time, pool_bytes, pool_n)
 
 
 class ScheduleMemory:
@@ -394,6 +408,7 @@ class ScheduleMemory:
         self.left = self.n_readers.copy()
         self.free_at = np.zeros(n_dev)
         self.moves = edge_moves_data(graph)
+        self.copy_bytes = received_copy_bytes(graph)
         self.hist_time = np.zeros((n_dev, n + 1))   # per device, each booked op's start and the bytes
         self.hist_live = np.zeros((n_dev, n + 1))   # alive from then to the next one's (copies added)
         self.hist_n = np.zeros(n_dev, dtype=np.int64)
@@ -404,13 +419,13 @@ class ScheduleMemory:
         return (g.colocation, self.group_ptr, self.group_members, self.device, self.persist, self.live,
                 self.peak, self.capacity, self.copy_here, self.pool_time, self.pool_bytes, self.pool_n,
                 self.hist_time, self.hist_live, self.hist_n, g.persistent_bytes, g.output_bytes, g.temp_bytes,
-                self.n_readers, g.pred_ptr, g.pred_edge, g.edge_src, self.moves)
+                self.copy_bytes, self.n_readers, g.pred_ptr, g.pred_edge, g.edge_src, self.moves)
 
     def release_args(self) -> tuple:
         """The arguments of ``release_inputs`` after ``finish``."""
         g = self.graph
         return (self.device, self.left, self.copy_here, self.free_at, self.pool_time,
-                self.pool_bytes, self.pool_n, g.output_bytes, g.succ_ptr, g.succ_edge, g.pred_ptr,
+                self.pool_bytes, self.pool_n, g.output_bytes, self.copy_bytes, g.succ_ptr, g.succ_edge, g.pred_ptr,
                 g.pred_edge, g.edge_src, g.edge_dst, g.edge_order_only)
 
 

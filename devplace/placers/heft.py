@@ -38,6 +38,7 @@ from devplace.placement import Placement
 from devplace.placers import register
 from devplace.placers.options import option
 from devplace.placers._listsched import mean_edge_us, op_times_us
+from devplace.placers._memory import received_copy_bytes
 from devplace.sim.channels import book, channel_state, planning_model, transfer_us
 
 
@@ -128,6 +129,7 @@ def place(graph, cluster, *, seed: int = 0, options: HeftOptions = HeftOptions()
 
     links = _Links(graph, cluster, contention)
     footprint = graph.persistent_bytes + graph.output_bytes + graph.temp_bytes
+    copy_bytes = received_copy_bytes(graph)
     capacity = cluster.memory_bytes
     used = np.zeros(d)
     received = [set() for _ in range(d)]
@@ -147,7 +149,7 @@ def place(graph, cluster, *, seed: int = 0, options: HeftOptions = HeftOptions()
 
         def incoming_bytes(dev: int) -> float:
             remote = {int(p) for p in producers if device[p] != dev and int(p) not in received[dev]}
-            return float(graph.output_bytes[list(remote)].sum()) if remote else 0.0
+            return float(copy_bytes[list(remote)].sum()) if remote else 0.0
 
         if group >= 0 and group in group_device:
             candidates = [group_device[group]]

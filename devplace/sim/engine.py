@@ -407,15 +407,21 @@ def _put(time, device, delta, owner, k, at, dev, nbytes, op):
 def memory_events(
     succ_ptr, succ_edge, edge_dst, edge_order_only, devices, n_dev, start, finish,
     persistent_bytes, output_bytes, temp_bytes,
-    xfer_op, xfer_dst, xfer_start, xfer_end,
+    xfer_op, xfer_dst, xfer_start, xfer_end, xfer_bytes,
 ):
     """Allocations and frees as (time, device, delta bytes, op) plus the persistent-block length,
     unsorted: ``sorted_memory_events`` orders them by time, frees first.
 
     Persistent bytes come first at time 0, in op order, so an overflow there names the op that
-    tipped the device over."""
+    tipped the device over. A received copy takes the bytes sent (``xfer_bytes``; zeros for a
+    graph that models no activation memory) and at least the producer's output bytes: a view, a
+    parameter or an in-place op owns no new bytes where it runs, but the device it is sent to holds
+    what arrives."""
     n = devices.shape[0]
     n_xfer = xfer_op.shape[0]
+    copy_bytes = np.empty(n_xfer)
+    for x in range(n_xfer):
+        copy_bytes[x] = max(output_bytes[xfer_op[x]], xfer_bytes[x])
     # received copies: free when the last consumer on the receiving device has finished
     copy_free = np.zeros(n_xfer)
     first_xfer = np.full(n, -1, np.int64)
@@ -467,9 +473,8 @@ def memory_events(
         if keep_temp:
             k = _put(time, device, delta, owner, k, finish[u], devices[u], -temp_bytes[u], u)
     for x in range(n_xfer):
-        u = xfer_op[x]
-        if output_bytes[u] > 0.0 and copy_free[x] > xfer_start[x]:
-            k = _put(time, device, delta, owner, k, copy_free[x], xfer_dst[x], -output_bytes[u], u)
+        if copy_bytes[x] > 0.0 and copy_free[x] > xfer_start[x]:
+            k = _put(time, device, delta, owner, k, copy_free[x], xfer_dst[x], -copy_bytes[x], xfer_op[x])
     for u in range(n):
         allocated = 0.0
         if output_bytes[u] > 0.0 and out_free[u] > start[u]:
@@ -479,9 +484,8 @@ def memory_events(
         if allocated > 0.0:
             k = _put(time, device, delta, owner, k, start[u], devices[u], allocated, u)
     for x in range(n_xfer):
-        u = xfer_op[x]
-        if output_bytes[u] > 0.0 and copy_free[x] > xfer_start[x]:
-            k = _put(time, device, delta, owner, k, xfer_start[x], xfer_dst[x], output_bytes[u], u)
+        if copy_bytes[x] > 0.0 and copy_free[x] > xfer_start[x]:
+            k = _put(time, device, delta, owner, k, xfer_start[x], xfer_dst[x], copy_bytes[x], xfer_op[x])
     return time[:k], device[:k], delta[:k], owner[:k], n_persistent
 
 

@@ -94,10 +94,11 @@ class Simulator:
     def memory_of(self, devices: np.ndarray, schedule: tuple) -> tuple:
         """(event time, device, delta, peak per device, first overflowing op per device) of a schedule."""
         g, c = self.graph, self.cluster
-        start, finish, _, _, _, xfer_op, _, xfer_dst, xfer_start, xfer_end, _ = schedule  # engine.schedule_of's order
+        start, finish, _, _, _, xfer_op, _, xfer_dst, xfer_start, xfer_end, xfer_bytes = schedule  # schedule_of's order
         ev_time, ev_device, ev_delta, ev_owner = engine.sorted_memory_events(*engine.memory_events(
             g.succ_ptr, g.succ_edge, g.edge_dst, g.edge_order_only, devices, c.n_devices, start, finish,
             g.persistent_bytes, g.output_bytes, g.temp_bytes, xfer_op, xfer_dst, xfer_start, xfer_end,
+            xfer_bytes if g.holds_activations else np.zeros_like(xfer_bytes),
         ))
         peak, first_overflow = engine.peak_memory(ev_device, ev_delta, ev_owner, c.n_devices, self.capacity)
         return ev_time, ev_device, ev_delta, peak, first_overflow
