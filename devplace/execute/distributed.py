@@ -394,7 +394,9 @@ def _supervise(procs, results, status, programs, world, timeout_s, startup_timeo
             elif kind == "done":
                 done[rank] = tuple(message[2:])
             else:
-                _raise_if_died(procs, status, programs, wait_s=1.0)  # a peer's death shows first as this error
+                # a peer's death shows first as this error; the reporter's own death after it (a live
+                # process group aborting at exit) is not news
+                _raise_if_died(procs, status, programs, wait_s=1.0, besides=rank)
                 _raise_rank_error(message, results)
             continue
         for rank, p in enumerate(procs):
@@ -423,13 +425,13 @@ def _supervise(procs, results, status, programs, world, timeout_s, startup_timeo
     return done
 
 
-def _raise_if_died(procs, status, programs, *, wait_s: float) -> None:
-    """Name a rank that ended without reporting (killed, crashed: a non-zero exit; a rank that
-    reports an error exits 0), waiting up to ``wait_s`` for one to be reaped."""
+def _raise_if_died(procs, status, programs, *, wait_s: float, besides: int = -1) -> None:
+    """Name a rank other than ``besides`` that ended without reporting (killed, crashed: a non-zero
+    exit), waiting up to ``wait_s`` for one to be reaped."""
     deadline = time.monotonic() + wait_s
     while True:
         for rank, p in enumerate(procs):
-            if p.exitcode:
+            if p.exitcode and rank != besides:
                 how = (f"killed by {_signal_name(-p.exitcode)}" if p.exitcode < 0 else f"exit code {p.exitcode}")
                 raise ExecutionError(f"rank {rank} died ({how}){_at_op(status, rank, programs)}; "
                                      f"the other ranks were stopped")
