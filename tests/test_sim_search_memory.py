@@ -100,6 +100,25 @@ def test_rounds_under_a_virtual_cap_fit_it_only_add_and_repeat_by_seed(zoo_graph
 
 
 
+def test_more_memory_between_the_rungs_of_the_ladder_is_never_slower(zoo_graphs):
+    """Rungs at 0.5 and 0.7 x the one-device peak: at 0.45 x no rung is held (the plain search), at
+    0.6 x the search runs under 0.5 only, at 0.8 x under both, the 0.5 run the same one; so 0.8 is
+    no slower than 0.6. Before round 54 a memory below the highest rung ran the plain search."""
+    graphs, machine = zoo_graphs
+    graph = graphs["zoo:transformer:preset=small"]
+    peak = dp.simulate(graph, machine, [0] * graph.n_ops).peak_memory_bytes[0]
+    options = {"max_evals": 200, "max_rounds": 1, "canonical_caps": (0.7, 0.5), "canonical_cap_min_ops": 0}
+    runs = {}
+    for share_of_peak in (0.45, 0.6, 0.8):
+        cluster = machine.with_memory_fraction(share_of_peak * peak / machine.memory_bytes[0])
+        runs[share_of_peak] = dp.place(graph, cluster, "sim-search", **options).options
+    assert "canonical_caps_gib" not in runs[0.45]
+    assert np.array(runs[0.6]["canonical_caps_gib"]) * 2**30 == pytest.approx([0.5 * peak])
+    assert np.array(runs[0.8]["canonical_caps_gib"]) * 2**30 == pytest.approx([0.5 * peak, 0.7 * peak])
+    assert runs[0.8]["capped_step_us"][0] == runs[0.6]["capped_step_us"][0]
+    assert runs[0.8]["step_us"] <= runs[0.6]["step_us"]
+
+
 def test_every_memory_above_the_canonical_caps_gives_one_result(zoo_graphs):
     """At 1.2 and 10 x the one-device peak, both above the canonical caps (0.7 and 0.9 x that peak),
     the searches run on the same capped clusters (same step times, placements within a cap), and a

@@ -80,11 +80,11 @@ cheapest cut planned for the cap, every candidate judged against the cap. What f
 fits the devices, so these rounds need no check after; the cap turns the annealing away from
 moves ample memory allows, and coming after the rounds they cannot change them (on the full-size
 zoo they take 0-1.6% off; the tracks below start from the best they leave). Where every device holds at
-least the largest of ``canonical_caps`` x the one-device peak (graphs of 1,000 ops up to the size that
-gets every extra round; larger graphs have the one cap ``large_graph_canonical_cap``), all of the
-above runs once per cap with the memory cut to it, and the fastest of those and of the one-device
-placements that fit is returned (``canonical.py``): every memory above the caps gives the same
-result, so more memory there is never slower. Every limit counts simulator
+least the lowest rung of the ladder ``canonical_caps`` x the one-device peak (graphs of 1,000 ops up to
+the size that gets every extra round; larger graphs have the one cap ``large_graph_canonical_cap``),
+all of the above runs once per rung every device holds, with the memory cut to it, and the fastest of
+those and of the one-device placements that fit is returned (``canonical.py``): more memory holds
+every rung less memory holds, so above the lowest rung more memory is never slower. Every limit counts simulator
 calls, so the result depends only on the inputs and ``seed``. A user who asks for
 ``time_budget_s`` also stops it when that much wall clock is spent (then the result depends on the
 machine's speed). ``options['stopped_by']`` says what stopped it: ``evals`` (the rounds ran out or

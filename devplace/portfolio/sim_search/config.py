@@ -37,10 +37,10 @@ class SearchConfig:
                      "and a tighter memory leads the annealing elsewhere (Inception-V3 at 400% of 8 GiB, seed 0: "
                      "238.8 -> 235.5 ms); () for none")
     canonical_caps: tuple[float, ...] = option(
-        (0.7, 0.9), "fractions of the one-device peak: where every device has at least the largest of them x that "
-                    "peak, the whole search runs once per fraction with each device's memory cut to it, and the "
-                    "fastest of those and of the one-device placements that fit is returned, so every such memory "
-                    "gives the same result (graphs small enough for every extra round; (): off)")
+        (0.5, 0.6, 0.7, 0.9), "a ladder of fractions of the one-device peak: the whole search runs once per fraction "
+                              "that every device holds, with each device's memory cut to it, and the fastest of those "
+                              "and of the one-device placements that fit is returned, so more memory above the lowest "
+                              "rung is never slower (graphs small enough for every extra round; (): off)")
     large_graph_canonical_cap: float = option(
         0.63, "fraction of the one-device peak: on graphs too large for every extra round (NASNet, GNMT), where "
               "every device has at least this x that peak, the search runs once with each device's memory cut to "
