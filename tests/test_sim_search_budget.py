@@ -57,6 +57,31 @@ def test_rounds_are_reproducible(wide_gap):
     assert runs[0].options["evals"] == runs[1].options["evals"]
 
 
+@pytest.mark.parametrize("first_start_rounds", [1, 2, 3])
+def test_the_first_rounds_from_the_best_start_begin_there(wide_gap, monkeypatch, first_start_rounds):
+    """Rounds 1, 3, 5, ... (counted from 1) begin at the best so far, but the first ``first_start_rounds``
+    of them at the best start (the best seed), each on where the random stream left off."""
+    from devplace.portfolio.sim_search import anneal
+
+    g, c = wide_gap
+    starts, run = [], anneal._anneal
+
+    def recording(search, start):
+        starts.append(start)
+        return run(search, start)
+
+    monkeypatch.setattr(anneal, "_anneal", recording)
+    p = dp.place(g, c, "sim-search", max_rounds=6, small_graph_op_evals=0, first_start_rounds=first_start_rounds,
+                 **FAST)
+    assert p.options["rounds"] == 6 == len(starts)
+    first = starts[0]
+    for k in (2, 4):    # the third and fifth rounds
+        from_first = starts[k][1] is first[1]
+        assert from_first == (k < 2 * first_start_rounds)
+        if not from_first:
+            assert starts[k][0] < first[0]     # the best so far, better than the start by then
+
+
 def test_a_placement_at_the_bound_stops_the_search():
     g, c = chain_graph([5.0, 1.0, 3.0, 2.0], edge_bytes=1e6), uniform_cluster(2)
     stopped = dp.place(g, c, "sim-search", max_evals=500, seeds=("single",))

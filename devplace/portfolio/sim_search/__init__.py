@@ -64,7 +64,8 @@ on the nominal model (no perturbation changes a byte); ``options['step_us']`` is
 Stopping: the budget adapts to how far the best can still be from optimal, judged against the
 certified lower bound of ``devplace.bounds`` (``options['lower_bound_us']``, ``options['gap']`` =
 best / bound - 1). The annealing runs in rounds of ``max_evals`` simulator calls at the starting
-temperature: the first, third, ... from the best so far, the second from the fastest balanced
+temperature: the first, third, ... from the best so far (the first ``first_start_rounds`` of them from the
+best start, each on its own stretch of the random stream), the second from the fastest balanced
 cheapest-cut start (planned with bytes that do not depend on the memory, so every memory that
 fits it anneals it: which basin gets annealed then depends less on which starts the memory
 excludes), unless the first began there, and the fourth, sixth, ... (and else the second) from the

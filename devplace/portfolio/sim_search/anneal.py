@@ -108,7 +108,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         if rounds and (bound_us is None or search.best.step_us <= bound_us * (1.0 + config.target_gap)):
             break
         if rounds % 2 == 0:
-            start = search.best
+            start = first if rounds < 2 * config.first_start_rounds else search.best
         else:
             start = (rounds == 1 and _balanced_start(starts, first)) or _next_start(starts, search.best)
         title = NAME if not rounds else f"{NAME} (round {rounds + 1}, gap {100 * (search.best.step_us / bound_us - 1):.1f}%)"

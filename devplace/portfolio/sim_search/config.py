@@ -26,6 +26,10 @@ class SearchConfig:
     max_evals: int = option(2000, "simulator calls per annealing round (the budget; makes results reproducible)")
     max_rounds: int = option(4, "annealing rounds at most; a round after the first runs only while the best is "
                                 "more than target_gap above the certified lower bound")
+    first_start_rounds: int = option(2, "how many of the rounds that begin from the best so far (the first, third, "
+                                        "...) begin from the best start instead, each on the random stream where the "
+                                        "last left off: which basin a round finds from one start is a coin flip "
+                                        "(round 54 of benchmarks/rounds; 1: only the first)")
     small_graph_op_evals: float = option(2e8, "rounds past max_rounds (up to 4 x max_rounds) while the gap is above "
                                               "target_gap and evals x ops stays under this: a round of a graph of a "
                                               "few thousand ops costs seconds (Inception-V3, 5,515 ops: 3 s), of "
