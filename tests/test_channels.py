@@ -14,7 +14,7 @@ import pytest
 from devplace.cluster import COMM_MODELS, Cluster, Device, uniform_cluster
 from devplace.graph import GraphBuilder
 from devplace.placers import _listsched, _moves
-from devplace.placers._memory import MemoryModel, ScheduleMemory
+from devplace.placers._memory import MemoryModel
 from devplace.placers.heft import _Links
 from devplace.sim import Simulator, channels
 from devplace.sim.channels import COMM_MODEL_CODES, book, channel_state, planning_model, transfer_us
@@ -165,28 +165,11 @@ def expected_fan_in(graph, cluster, code, latency_us, devices, finish):
     return out
 
 
-def schedule_memory_args(graph, cluster):
-    """The schedule-following memory model's arrays, unused here (the never-freeing model decides)."""
-    timed = ScheduleMemory(graph, cluster.memory_bytes)
-    return timed.claim_args(), timed.release_args()
-
-
 def list_schedule_pinned(graph, cluster, devices):
     """The list scheduler's compiled core with every op pinned to ``devices``: (start, finish)."""
     memory = MemoryModel(graph, cluster)
     memory.device[:] = devices
-    time_us = _listsched.op_times_us(graph, cluster)
-    level = _listsched.bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ_edge, graph.edge_dst,
-                                     time_us.mean(axis=1), _listsched.mean_edge_us(graph, cluster))
-    status, start, finish, _, _ = _listsched.schedule(
-        time_us, 0.0, level, np.full(graph.n_ops, -1, np.int64), False,
-        graph.colocation, memory.group_ptr, memory.group_members,
-        graph.succ_ptr, graph.succ_edge, graph.pred_ptr, graph.pred_edge, graph.edge_src, graph.edge_dst,
-        graph.edge_bytes, graph.edge_fixed_us, cluster.message_latency_us, cluster.bandwidth_bytes_per_us,
-        planning_model(cluster.comm_model_code), memory.device, memory.reserved_bytes, memory.temp_max,
-        memory.capacity, memory.copy_counted, memory.static_bytes, memory.copy_bytes, memory.temp_bytes,
-        memory.moves, False, *schedule_memory_args(graph, cluster),
-    )
+    status, start, finish, _, _ = _listsched.schedule(*_listsched.schedule_args(graph, cluster, memory, None))
     assert status == 0
     return start, finish
 
