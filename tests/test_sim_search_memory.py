@@ -143,7 +143,7 @@ def test_every_memory_above_the_canonical_caps_gives_one_result(zoo_graphs):
 
 
 def test_every_memory_above_the_large_graph_cap_gives_one_result(zoo_graphs):
-    """On a graph too large for every extra round (forced here by small_graph_op_evals=0) one search
+    """On a graph that affords no more searches (forced here by small_graph_op_evals=0) one search
     runs with the memory cut to large_graph_canonical_cap x the one-device peak (0.5 here), so 0.55 and
     0.8 x that peak (no one-device placement fits either) give the same placement, and 10 x no slower;
     without the cap (0) the first two give 1,008.4 and 897.2 us."""

@@ -82,7 +82,7 @@ fits the devices, so these rounds need no check after; the cap turns the anneali
 moves ample memory allows, and coming after the rounds they cannot change them (on the full-size
 zoo they take 0-1.6% off; the tracks below start from the best they leave). Where every device holds at
 least the lowest rung of the ladder ``canonical_caps`` x the one-device peak (graphs of 1,000 ops up to
-the size that gets every extra round; larger graphs have the one cap ``large_graph_canonical_cap``),
+the size that affords more searches; larger graphs have the one cap ``large_graph_canonical_cap``),
 all of the above runs once per rung every device holds, with the memory cut to it, and the fastest of
 those and of the one-device placements that fit is returned (``canonical.py``): more memory holds
 every rung less memory holds, so above the lowest rung more memory is never slower. Every limit counts simulator

@@ -116,7 +116,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         rounds += 1
         if stopped_by != "evals":
             return stopped_by, rounds
-    if rounds == 4 * config.max_rounds:     # a graph small enough for every extra round, and the gap still wide
+    if rounds == 4 * config.max_rounds:     # every round past max_rounds ran, and the gap is still wide
         stopped_by, rounds = _virtual_cap_rounds(search, bound_us, rounds)
         if stopped_by != "evals":
             return stopped_by, rounds

@@ -21,7 +21,7 @@ slower. Below the lowest rung nothing is compared by construction. The cost is a
 rung held (Inception-V3 at 30%, 0.73 x its peak: three; RNNLM at 30%, 1.75 x: four). Until round 54
 the rungs were 0.7 and 0.9, run only where a device held both.
 
-Graphs too large for every extra round (``small_graph_op_evals``: GNMT, NASNet) get one cap,
+Graphs that afford no more searches (``small_graph_op_evals``: GNMT, NASNet) get one cap,
 ``large_graph_canonical_cap`` x the peak, so one search runs as before, only under the cap: no
 evals more than one search plus the one-device placements. The same guarantee holds above it, and
 the cap is low enough that Baechi's 30% of 8 GiB is above it on NASNet (0.638 x its 3.760 GiB peak then):
@@ -62,7 +62,7 @@ def canonical_caps_bytes(graph, cluster, config: SearchConfig, peak_bytes: float
     """The rungs of ``canonical_caps`` (``large_graph_canonical_cap`` on graphs too large for every extra
     round) x the one-device peak (``peak_bytes`` if the caller has it) that every device holds, or []
     where they are off, the graph has fewer than ``canonical_cap_min_ops`` ops, or no rung is held."""
-    if config.gets_every_extra_round(graph.n_ops):
+    if config.affords_more_searches(graph.n_ops):
         fractions = config.canonical_caps
     else:
         fractions = (config.large_graph_canonical_cap,) if config.large_graph_canonical_cap > 0 else ()

@@ -32,28 +32,25 @@ class SearchConfig:
                                         "(round 54 of benchmarks/rounds; 1: only the first)")
     small_graph_op_evals: float = option(2e8, "rounds past max_rounds (up to 4 x max_rounds) while the gap is above "
                                               "target_gap and evals x ops stays under this: a round of a graph of a "
-                                              "few thousand ops costs seconds (Inception-V3, 5,515 ops: 3 s), of "
-                                              "GNMT's 24,832 ops 20-30 s (it stops at max_rounds)")
+                                              "few thousand ops costs seconds, of tens of thousands half a minute "
+                                              "(those stop at max_rounds)")
     virtual_caps: tuple[float, ...] = option(
         (0.75, 0.5), "fractions of the one-device peak: once every round past max_rounds ran and the gap is still "
                      "wide, one more round under each that is below the devices' memory (from the best if it fits, "
                      "else from a cheapest cut planned for it): a placement that fits a lower cap fits the devices, "
-                     "and a tighter memory leads the annealing elsewhere (Inception-V3 at 400% of 8 GiB, seed 0: "
-                     "238.8 -> 235.5 ms); () for none")
+                     "and a tighter memory leads the annealing elsewhere; () for none")
     canonical_caps: tuple[float, ...] = option(
         (0.5, 0.6, 0.7, 0.9), "a ladder of fractions of the one-device peak: the whole search runs once per fraction "
                               "that every device holds, with each device's memory cut to it, and the fastest of those "
                               "and of the one-device placements that fit is returned, so more memory above the lowest "
-                              "rung is never slower (graphs small enough for every extra round; (): off)")
+                              "rung is never slower (graphs that afford more searches; (): off)")
     large_graph_canonical_cap: float = option(
-        0.63, "fraction of the one-device peak: on graphs too large for every extra round (NASNet, GNMT), where "
+        0.63, "fraction of the one-device peak: on graphs that afford no more searches (NASNet, GNMT), where "
               "every device has at least this x that peak, the search runs once with each device's memory cut to "
               "it and the faster of that and the one-device placements that fit is returned, so every such memory "
-              "gives the same result at no extra search (at 30% of 8 GiB NASNet has 0.86 x its peak and GNMT 0.66 x, "
-              "so both run the capped search; chosen in round 37 of benchmarks/rounds, where 0.6 cost GNMT at 8 GiB "
-              "0.04%; 0: off)")
-    canonical_cap_min_ops: int = option(1000, "graphs with fewer ops get no canonical caps (mlp, 173 ops, at ample "
-                                              "memory: 210.0 us, 215.0 under a cap of 0.7 x its one-device peak)")
+              "gives the same result at no extra search (chosen in round 37 of benchmarks/rounds; 0: off)")
+    canonical_cap_min_ops: int = option(1000, "graphs with fewer ops get no canonical caps (on a graph of a few "
+                                              "hundred ops a cap can slow the result more than it steadies it)")
     target_gap: float = option(0.10, "best / lower bound - 1 under which no further round starts")
     closed_gap: float = option(0.001, "stop as soon as best / lower bound - 1 is below this (0: never stop early)")
     time_budget_s: float | None = option(None, "wall-clock cap on the whole placement in seconds (None: "
@@ -94,7 +91,7 @@ class SearchConfig:
                                         "the best found")
     grad_block_share: float = option(0.25, "the gradient block track runs (after the coarse MIP track, while the gap is "
                                            "wide) where weights whose gradients are chains of their own hold at least "
-                                           "this share of the step's compute (RNNLM 54%, GNMT 7%, the CNNs 0%)")
+                                           "this share of the step's compute (a recurrent language model's weights)")
     grad_block_min_share: float = option(0.02, "a weight's gradient ops and own ops are a block of their own when they "
                                                "hold at least this share of the step's compute (else they stay in "
                                                "their layer's block)")
@@ -113,11 +110,10 @@ class SearchConfig:
                                          "whose branches the branch track moves whole")
     branch_share: float = option(0.25, "the branch track runs (after the recurrence track, while the gap is wide) "
                                        "where the cells' branches hold at least this share of the step's compute "
-                                       "(Inception-V3 63%, NASNet 27%, ResNet-50, the Transformer, RNNLM, GNMT 0%)")
-    branch_starts: int = option(1, "starts the branch track descends from: the best as it is, then random piece maps "
-                                   "(Inception-V3 at 30%: none of 5 fits)")
-    branch_evals: int = option(6000, "simulator calls the branch piece descents share (0: no track; Inception-V3 at "
-                                     "30%: the descent from the best ends after 5,416)")
+                                       "(Inception and NASNet cells)")
+    branch_starts: int = option(1, "starts the branch track descends from: the best as it is, then random piece "
+                                   "maps (under tight memory random maps seldom fit)")
+    branch_evals: int = option(6000, "simulator calls the branch piece descents share (0: no track)")
     branch_rounds: int = option(16, "annealing rounds from the fastest branch piece descent at most, as "
                                     "grad_block_rounds (and within track_behind past max_rounds)")
     loose_memory_factor: float = option(2.0, "the looser-memory track (last, where the memory / this and the memory "
@@ -127,14 +123,14 @@ class SearchConfig:
                                              "memory / this, so a memory offers what its fraction's up track does; "
                                              "each only where the placement repaired is within target_gap of that "
                                              "memory's bound; <= 1: none. 2 keeps memories exact")
-    loose_memory_max_gap: float = option(0.15, "the up track's search (a search more: Transformer at 30% 1.8x the "
-                                               "evals) runs only while best / bound - 1 is at most this: the looser "
-                                               "searches end 1.6-7% below the tight ones on the zoo")
+    loose_memory_max_gap: float = option(0.15, "the up track's search (a whole search more) runs only while best / "
+                                               "bound - 1 is at most this: a looser search ends only a few percent "
+                                               "below the tight one")
     loose_memory_rounds: int = option(4, "annealing rounds from the repaired looser-memory best, each from that "
                                          "track's best (0: no track)")
     loose_memory_start_behind: float = option(0.25, "no looser-memory rounds from a repaired start slower than the "
-                                                    "placement it was repaired from x (1 + this) (ResNet-50 at 30%: "
-                                                    "429.1 ms with twice the memory, 1,209.8 ms repaired)")
+                                                    "placement it was repaired from x (1 + this): such a repair undid the "
+                                                    "placement rather than fitting it")
     loose_memory_repair_candidates: int = option(24, "repair proposals measured per step when the looser-memory best "
                                                      "is repaired, the fastest that lowers the overflow taken (1: the "
                                                      "first that lowers (overflow, step time), as for the starts)")
@@ -150,7 +146,9 @@ class SearchConfig:
                                     "(devplace.robust, from the seed) instead of the nominal one; that many times "
                                     "slower (0: nominal)")
 
-    def gets_every_extra_round(self, n_ops: int) -> bool:
-        """Whether a graph of ``n_ops`` ops is small enough for all 4 x ``max_rounds`` rounds
-        (``small_graph_op_evals``): where a whole search more (canonical caps, looser memory) is affordable."""
+    def affords_more_searches(self, n_ops: int) -> bool:
+        """Whether a whole search more (a rung of the canonical ladder, the looser memory) is affordable on a
+        graph of ``n_ops`` ops: a full budget, 4 x ``max_rounds`` rounds of ``max_evals``, times ``n_ops`` within
+        ``small_graph_op_evals``. The rounds loop asks another question, round by round (the evals spent so
+        far), so a graph a little above this still gets some rounds past ``max_rounds``."""
         return 4 * self.max_rounds * self.max_evals * n_ops <= self.small_graph_op_evals

@@ -59,7 +59,7 @@ def _loose_memory_rounds(search: _Search, bound_us: float | None) -> None:
     config, graph, cluster = search.config, search.graph, search.cluster
     factor = config.loose_memory_factor
     if (factor <= 1.0 or config.loose_memory_rounds < 1 or search.n_dev < 2 or bound_us is None
-            or search.memory_is_ample or not config.gets_every_extra_round(graph.n_ops)):
+            or search.memory_is_ample or not config.affords_more_searches(graph.n_ops)):
         return      # (ample memory holds the one-device peak: neither direction would run)
     memory = cluster.memory_bytes
     start = search.best
