@@ -212,8 +212,9 @@ def critical_crossings(result, devices: np.ndarray) -> tuple[np.ndarray, list[tu
     """What the schedule-guided moves (sim-search's pull and unload; the learners' option critical_share) read
     off a simulated placement: its critical-path ops, the (waiting op, producer) pairs on that path whose two
     ops sit on different devices, and the busy time per device."""
-    path = np.asarray(result.critical_path, dtype=np.int64)
-    pairs = [(int(b), int(a)) for a, b in zip(path[:-1], path[1:]) if devices[a] != devices[b]]
+    path = result.critical_path
+    crossing = devices[path[:-1]] != devices[path[1:]]
+    pairs = list(zip(path[1:][crossing].tolist(), path[:-1][crossing].tolist()))
     return path, pairs, result.busy_us
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from numba import njit
 
 from devplace.cluster import Cluster
 from devplace.graph import OpGraph
@@ -84,23 +85,13 @@ class SimResult:
         return moved
 
     @cached_property
-    def critical_path(self) -> list[int]:
+    def critical_path(self) -> np.ndarray:
         """Ops (first to last) on the chain of waits that ends at the last op to finish.
 
         From each op we step back to what it waited for: the input that arrived last, if the op
-        started as soon as it was ready, else the op that held its device."""
-        if not len(self.finish_us):
-            return []
-        path = [int(np.argmax(self.finish_us))]
-        while True:
-            v = path[-1]
-            if self.start_us[v] > self.ready_us[v] and self.previous_on_device[v] >= 0:
-                path.append(int(self.previous_on_device[v]))
-            elif self.cause[v] >= 0:
-                path.append(int(self.cause[v]))
-            else:
-                break
-        return path[::-1]
+        started as soon as it was ready, else the op that held its device. (Compiled: a search reads
+        it every few simulations, and the walk is thousands of steps long.)"""
+        return _critical_path(self.finish_us, self.start_us, self.ready_us, self.previous_on_device, self.cause)
 
     def memory_timeline(self, device: int) -> tuple[np.ndarray, np.ndarray]:
         """(time us, bytes in use) after each allocation or free on ``device``."""
@@ -139,3 +130,25 @@ class SimResult:
             "critical_path_ops": len(self.critical_path),
             "device_names": self.cluster.device_names,
         }
+
+
+@njit(cache=True)
+def _critical_path(finish_us, start_us, ready_us, previous_on_device, cause):
+    """``SimResult.critical_path``: every step goes to an op dispatched earlier, so at most n steps."""
+    n = finish_us.shape[0]
+    path = np.empty(n, np.int64)
+    if n == 0:
+        return path
+    v = np.argmax(finish_us)
+    length = 1
+    path[0] = v
+    while length < n:
+        if start_us[v] > ready_us[v] and previous_on_device[v] >= 0:
+            v = previous_on_device[v]
+        elif cause[v] >= 0:
+            v = cause[v]
+        else:
+            break
+        path[length] = v
+        length += 1
+    return path[:length][::-1].copy()

@@ -44,7 +44,7 @@ def _order_descent(search: _Search, bound_us: float | None) -> None:
     step_us, devices, priority, _ = search.best
     order = positions(priority, search.graph.topo_rank)
     rng = np.random.default_rng((search.seed, STREAM))
-    path = np.array(search.examine(devices, order)[1].critical_path)
+    path = search.examine(devices, order)[1].critical_path
     kept = 0
     while search.evals - began < evals and not search.out_of_time() and step_us > search.closed_us:
         v = int(rng.choice(path)) if rng.random() < 0.5 else int(rng.integers(search.graph.n_ops))
@@ -58,7 +58,7 @@ def _order_descent(search: _Search, bound_us: float | None) -> None:
         if not fits:
             continue
         order, step_us = positions(trial, search.graph.topo_rank), trial_us
-        path = np.array(result.critical_path)
+        path = result.critical_path
         kept += 1
         search.offer(step_us, devices, order, HOW)
     search.order_descent_report.update(evals=search.evals - began, kept=kept, before_us=before_us,
