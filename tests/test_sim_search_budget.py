@@ -9,6 +9,7 @@ from devplace.cluster import uniform_cluster
 from devplace.errors import PlacementError
 from devplace.graph import chain_graph
 from devplace.io.dnn_partitioning import cluster_for
+from devplace.portfolio.sim_search import SearchConfig
 
 # resnet50_inference on its 9 devices of 600 MiB: the best placement is ~40% above the bound
 FAST = {"max_evals": 60, "seeds": ("fx-size-partition",), "pipeline_starts": False}
@@ -20,15 +21,17 @@ def wide_gap():
     return g, cluster_for(g)
 
 
-def test_a_small_graph_gets_up_to_four_times_the_rounds_while_the_gap_is_wide(wide_gap):
+@pytest.mark.parametrize("factor", [2, SearchConfig().small_graph_round_factor])
+def test_a_small_graph_gets_up_to_factor_times_the_rounds_while_the_gap_is_wide(wide_gap, factor):
     """604 ops: 60 evals x 604 ops is far under small_graph_op_evals, so rounds go past max_rounds while the gap
-    stays above the target, up to four times as many; with small_graph_op_evals=0 exactly max_rounds run."""
+    stays above the target, up to small_graph_round_factor times as many; with small_graph_op_evals=0 exactly
+    max_rounds run."""
     g, c = wide_gap
     capped = dp.place(g, c, "sim-search", max_rounds=2, small_graph_op_evals=0, **FAST)
-    small = dp.place(g, c, "sim-search", max_rounds=2, **FAST)
+    small = dp.place(g, c, "sim-search", max_rounds=2, small_graph_round_factor=factor, **FAST)
     assert capped.options["rounds"] == 2 and capped.options["gap"] > 0.10
-    assert 2 < small.options["rounds"] <= 8 and small.options["step_us"] <= capped.options["step_us"]
-    assert small.options["rounds"] == 8 or small.options["gap"] <= 0.10
+    assert 2 < small.options["rounds"] <= 2 * factor and small.options["step_us"] <= capped.options["step_us"]
+    assert small.options["rounds"] == 2 * factor or small.options["gap"] <= 0.10
 
 
 def test_rounds_go_on_while_the_gap_is_above_the_target(wide_gap):

@@ -70,14 +70,14 @@ cheapest-cut start (planned with bytes that do not depend on the memory, so ever
 fits it anneals it: which basin gets annealed then depends less on which starts the memory
 excludes), unless the first began there, and the fourth, sixth, ... (and else the second) from the
 fastest start (seed or pipeline) not yet tried whose placement differs from the best, so a wide gap also
-buys exploring other basins; after a round it goes on only while the gap is above
-``target_gap`` and fewer than ``max_rounds`` rounds ran (up to four times as many while the
-simulator calls times the ops stay under ``small_graph_op_evals``: on graphs of up to a few
-thousand ops a round costs seconds), and it stops at once when the best comes
-within ``closed_gap`` of the bound (nothing much faster can exist). When all those rounds ran and
-the gap is still wide, one more round runs under each *virtual memory cap* (``virtual_caps`` x
-the one-device peak) below the devices' memory: from the best if it fits the cap, else from a
-cheapest cut planned for the cap, every candidate judged against the cap. What fits a lower cap
+buys exploring other basins; after a round it goes on only while the gap is above ``target_gap`` and
+fewer than ``max_rounds`` rounds ran (up to ``small_graph_round_factor`` times as many while the
+simulator calls times the ops stay under ``small_graph_op_evals``: on graphs of up to a few thousand
+ops a round costs seconds), and it stops at once when the best comes within ``closed_gap`` of the
+bound (nothing much faster can exist). When those rounds are done on a graph that affords whole
+searches more (``small_graph_op_evals``) and the gap is still wide, one more round runs under each
+*virtual memory cap* (``virtual_caps`` x the one-device peak) below the devices' memory: from the
+best if it fits the cap, else from a cheapest cut planned for the cap, every candidate judged against the cap. What fits a lower cap
 fits the devices, so these rounds need no check after; the cap turns the annealing away from
 moves ample memory allows, and coming after the rounds they cannot change them (on the full-size
 zoo they take 0-1.6% off; the tracks below start from the best they leave). Where every device holds at

@@ -101,7 +101,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
     first = search.best
     rounds = 0
     while rounds < config.max_rounds or (
-            rounds < 4 * config.max_rounds
+            rounds < config.small_graph_round_factor * config.max_rounds
             and (search.evals + config.max_evals) * search.graph.n_ops <= config.small_graph_op_evals):
         if search.best.step_us <= search.closed_us:
             return "bound", rounds
@@ -116,7 +116,7 @@ def _rounds(search: _Search, bound_us: float | None) -> tuple[str, int]:
         rounds += 1
         if stopped_by != "evals":
             return stopped_by, rounds
-    if rounds == 4 * config.max_rounds:     # every round past max_rounds ran, and the gap is still wide
+    if rounds >= config.max_rounds and config.affords_more_searches(search.graph.n_ops):   # the gap still wide
         stopped_by, rounds = _virtual_cap_rounds(search, bound_us, rounds)
         if stopped_by != "evals":
             return stopped_by, rounds

@@ -30,14 +30,18 @@ class SearchConfig:
                                         "...) begin from the best start instead, each on the random stream where the "
                                         "last left off: which basin a round finds from one start is a coin flip "
                                         "(round 54 of benchmarks/rounds; 1: only the first)")
-    small_graph_op_evals: float = option(2e8, "rounds past max_rounds (up to 4 x max_rounds) while the gap is above "
-                                              "target_gap and evals x ops stays under this: a round of a graph of a "
+    small_graph_round_factor: int = option(6, "a graph small enough (small_graph_op_evals) runs up to this x "
+                                              "max_rounds rounds while the gap is above target_gap")
+    small_graph_op_evals: float = option(3e8, "rounds past max_rounds (up to small_graph_round_factor x max_rounds) "
+                                              "while the gap is above target_gap and evals x ops stays under this: "
+                                              "a round of a graph of a "
                                               "few thousand ops costs seconds, of tens of thousands half a minute "
                                               "(those stop at max_rounds)")
     virtual_caps: tuple[float, ...] = option(
-        (0.75, 0.5), "fractions of the one-device peak: once every round past max_rounds ran and the gap is still "
-                     "wide, one more round under each that is below the devices' memory (from the best if it fits, "
-                     "else from a cheapest cut planned for it): a placement that fits a lower cap fits the devices, "
+        (0.75, 0.5), "fractions of the one-device peak: once the rounds are done on a graph that affords whole "
+                     "searches more (small_graph_op_evals) and the gap is still wide, one more round under each that "
+                     "is below the devices' memory (from the best if it fits, else from a cheapest cut planned for "
+                     "it): a placement that fits a lower cap fits the devices, "
                      "and a tighter memory leads the annealing elsewhere; () for none")
     canonical_caps: tuple[float, ...] = option(
         (0.5, 0.6, 0.7, 0.9), "a ladder of fractions of the one-device peak: the whole search runs once per fraction "
@@ -148,7 +152,7 @@ class SearchConfig:
 
     def affords_more_searches(self, n_ops: int) -> bool:
         """Whether a whole search more (a rung of the canonical ladder, the looser memory) is affordable on a
-        graph of ``n_ops`` ops: a full budget, 4 x ``max_rounds`` rounds of ``max_evals``, times ``n_ops`` within
-        ``small_graph_op_evals``. The rounds loop asks another question, round by round (the evals spent so
+        graph of ``n_ops`` ops: a full budget, ``small_graph_round_factor`` x ``max_rounds`` rounds of ``max_evals``,
+        times ``n_ops`` within ``small_graph_op_evals``. The rounds loop asks another question, round by round (the evals spent so
         far), so a graph a little above this still gets some rounds past ``max_rounds``."""
-        return 4 * self.max_rounds * self.max_evals * n_ops <= self.small_graph_op_evals
+        return self.small_graph_round_factor * self.max_rounds * self.max_evals * n_ops <= self.small_graph_op_evals
