@@ -731,23 +731,30 @@ def test_a_cheap_cut_between_two_modules_leaves_each_modules_branches_to_pay(mon
     assert lower_bounds(graph, cluster)["memory_path_us"] == 80.0
 
 
-def shared_input_instance(seed: int, n_devices: int = 2):
+def shared_input_instance(seed: int, n_devices: int = 2, third_reader: bool = False):
     """Two long ops a and b reading one source's output over edges of 10, 30 or 500 us (often dearer
     than the slack they would use), a tail after a, a short op after b or none, and an independent
     op about as long as a and its tail beside them (sometimes a second, short one), on identical
     devices with cheap links otherwise: which of a and b runs first, or which edge pays, decides
-    what the rest must fit in."""
+    what the rest must fit in.
+
+    ``third_reader``: a third reader c (4-19 us) of the source over its own such edge, and no second
+    independent op: where the edges are dear, a, b and c share the source's device and run in turn, as
+    GNMT's classifier GPU runs mm_1, mm_2 and sum_1, and one pair branched leaves the third op free."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder(["gpu"])
-    times = {"s": rng.integers(0, 4), "a": rng.integers(10, 26), "b": rng.integers(10, 26), "t": rng.integers(5, 21)}
+    times = {"s": rng.integers(0, 4), "a": rng.integers(10, 26), "b": rng.integers(10, 26)}
+    if third_reader:
+        times["c"] = rng.integers(4, 20)
+    times["t"] = rng.integers(5, 21)
     times["x"] = times["a"] + times["t"] + rng.integers(-6, 7)
     if rng.random() < 0.5:
         times["e"] = rng.integers(1, 6)
-    if rng.random() < 0.5:
+    if not third_reader and rng.random() < 0.5:
         times["y"] = rng.integers(1, 8)
     for name, us in times.items():
         b.add_op(name, compute_us=float(us))
-    for src, dst in (("s", "a"), ("s", "b")):
+    for src, dst in (("s", "a"), ("s", "b")) + ((("s", "c"),) if third_reader else ()):
         b.add_edge(src, dst, bytes=0.0, fixed_us=float(rng.choice([10.0, 30.0, 500.0])))
     for src, dst in (("a", "t"), ("b", "e")) + ((("s", "x"),) if rng.random() < 0.3 else ()):
         if dst in times:
@@ -801,34 +808,13 @@ def test_a_pair_that_shares_a_device_runs_in_turn(monkeypatch):
     assert lower_bounds(graph, cluster)["interval_work_us"] == pytest.approx(50.0, rel=1e-6)
 
 
-def three_reader_instance(seed: int, n_devices: int = 2):
-    """``shared_input_instance`` with a third reader c (4-19 us) of the source over its own 10, 30
-    or 500 us edge: where the edges are dear, a, b and c share the source's device and run in turn,
-    as GNMT's classifier GPU runs mm_1, mm_2 and sum_1, and one pair branched leaves the third op free."""
-    rng = np.random.default_rng(seed)
-    b = GraphBuilder(["gpu"])
-    times = {"s": rng.integers(0, 4), "a": rng.integers(10, 26), "b": rng.integers(10, 26), "c": rng.integers(4, 20),
-             "t": rng.integers(5, 21)}
-    times["x"] = times["a"] + times["t"] + rng.integers(-6, 7)
-    if rng.random() < 0.5:
-        times["e"] = rng.integers(1, 6)
-    for name, us in times.items():
-        b.add_op(name, compute_us=float(us))
-    for src, dst in (("s", "a"), ("s", "b"), ("s", "c")):
-        b.add_edge(src, dst, bytes=0.0, fixed_us=float(rng.choice([10.0, 30.0, 500.0])))
-    for src, dst in (("a", "t"), ("b", "e")) + ((("s", "x"),) if rng.random() < 0.3 else ()):
-        if dst in times:
-            b.add_edge(src, dst, bytes=float(rng.choice([0.0, 1e3])))
-    return b.build(), identical_cluster(rng, n_devices, 2**30, max_latency_us=3, bandwidth=1e3, op_gap_us=1.0)
-
-
 def test_a_pair_branched_inside_a_pair_branch_raises_the_interval_bound(monkeypatch):
     """Never above the brute-force optimum; above the bound with one level of pairs on some."""
     from devplace.bounds import interval_work as module
 
     raised = 0
     for seed in range(150):
-        graph, cluster = three_reader_instance(seed)
+        graph, cluster = shared_input_instance(seed, third_reader=True)
         bounds = checked_bounds(graph, cluster, seed)
         with monkeypatch.context() as patch:
             patch.setattr(module, "PAIR_DEPTH", 1)
