@@ -94,7 +94,8 @@ def test_a_placement_at_the_bound_stops_the_search():
     assert full.options["rounds"] == 1 and full.options["evals"] >= 500 > stopped.options["evals"]
 
 
-@pytest.mark.parametrize("option", [{"max_rounds": 0}, {"target_gap": -0.1}, {"closed_gap": float("nan")}])
+@pytest.mark.parametrize("option", [{"max_rounds": 0}, {"small_graph_round_factor": 0}, {"target_gap": -0.1},
+                                    {"closed_gap": float("nan")}])
 def test_bad_round_options_are_refused_by_name(option):
     with pytest.raises(PlacementError, match=next(iter(option))):
         dp.place(chain_graph([1.0, 2.0]), uniform_cluster(2), "sim-search", max_evals=5, **option)

@@ -138,9 +138,11 @@ from devplace.portfolio.sim_search.starts import _cheap_cut_starts, _pipeline_st
           SearchConfig)
 def place(graph, cluster, *, seed: int = 0, options: SearchConfig = SearchConfig()) -> Placement:
     config = options
-    if config.max_rounds < 1 or not config.target_gap >= 0 or not config.closed_gap >= 0:
-        raise PlacementError(f"{NAME}: max_rounds must be >= 1, target_gap and closed_gap >= 0 (got "
-                             f"{config.max_rounds}, {config.target_gap}, {config.closed_gap})")
+    if (config.max_rounds < 1 or config.small_graph_round_factor < 1 or not config.target_gap >= 0
+            or not config.closed_gap >= 0):
+        raise PlacementError(f"{NAME}: max_rounds and small_graph_round_factor must be >= 1, target_gap and "
+                             f"closed_gap >= 0 (got {config.max_rounds}, {config.small_graph_round_factor}, "
+                             f"{config.target_gap}, {config.closed_gap})")
     caps_bytes = canonical_caps_bytes(graph, cluster, config)
     if caps_bytes:
         return _canonical_place(graph, cluster, seed, config, caps_bytes)
