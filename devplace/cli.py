@@ -320,6 +320,7 @@ def simulate(
             fmt_bytes(sent[d]),
         )
     console.print(table)
+    console.print(result.critical_path_sentence(), highlight=False, soft_wrap=True)
     for line in result.overflow_report():
         console.print(styled("out of memory:", "red", line), highlight=False, soft_wrap=True)
     if trace is not None:

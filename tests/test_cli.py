@@ -50,6 +50,10 @@ def test_place_then_simulate_json_and_trace(tmp_path):
     assert data["step_time_us"] == pytest.approx(520453.0)
     assert len(data["peak_memory_bytes"]) == 6 and data["oom_devices"] == []
     assert json.loads(trace.read_text())["traceEvents"]
+    # one device: the critical path is compute alone, and the table says so
+    assert data["critical_path_split_us"] == {"compute": pytest.approx(520453.0), "transfer": 0.0,
+                                              "channel_wait": 0.0, "other": 0.0}
+    assert "520.453 ms compute, 0.000 ms transfers" in run_cli("simulate", GNMT, "-p", str(placement)).stdout
 
 
 @pytest.mark.parametrize(

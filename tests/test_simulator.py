@@ -66,6 +66,12 @@ def test_two_transfers_contend_for_a_channel(model, case):
     assert len(r.transfer_op) == 2
     # transfers queue first come first served: the earlier producer (lower index at a tie) goes first
     assert sorted(r.transfer_start_us.tolist()) == ([10, 25] if expected[model] == 41 else [10, 10])
+    # the critical path: a producer, its transfer (after waiting 15 us for the channel when queued), one or two
+    # 1 us consumers (two when they share device 0 after arriving together)
+    split = r.critical_path_split_us
+    assert split == {"compute": 12 if expected[model] == 27 else 11, "transfer": 15,
+                     "channel_wait": 15 if expected[model] == 41 else 0, "other": 0}
+    assert "0.015 ms transfers" in r.critical_path_sentence()
 
 
 def test_same_pair_transfers_queue_in_every_model():
@@ -593,6 +599,11 @@ def test_invariants_on_random_dags(case):
         assert (r.start_us[order][1:] >= r.finish_us[order][:-1] - eps).all()
     assert (r.start_us[g.edge_dst] >= r.finish_us[g.edge_src] - eps).all()
     assert np.allclose(r.finish_us - r.start_us, g.compute_us[:, 0] + gap)
+    # the critical path's parts lie end to end inside the step
+    split = r.critical_path_split_us
+    assert min(split.values()) >= -eps
+    assert split["compute"] + split["transfer"] + split["channel_wait"] <= r.step_time_us + eps
+    assert sum(split.values()) == pytest.approx(r.step_time_us, abs=eps) or r.step_time_us == 0
     # at most one transfer per (producer, destination device); memory returns to persistent
     assert len(set(zip(r.transfer_op.tolist(), r.transfer_dst.tolist()))) == len(r.transfer_op)
     for d in range(c.n_devices):

@@ -129,6 +129,13 @@ def _bound_sentence(comparison: Comparison) -> str:
             f"no placement can be faster than the bound.")
 
 
+def _path_sentence(comparison: Comparison) -> str:
+    """What the best placement's step is made of (``SimResult.critical_path_split_us``)."""
+    if comparison.best is None:
+        return ""
+    return f" Best placement: {comparison.results[comparison.best.algorithm].critical_path_sentence()}"
+
+
 def _html(comparison: Comparison, title: str, images: dict[str, str]) -> str:
     g, c = comparison.graph, comparison.cluster
     esc = html.escape
@@ -168,7 +175,7 @@ tr.best {{ background: #e6f4e6; font-weight: bold; }} figure {{ margin: 1.5em 0;
 <h1>{esc(title)}</h1>
 <p>Graph: {g.n_ops} ops, {g.n_edges} edges. Cluster <b>{esc(c.name)}</b>: {esc(devices)}; communication model {esc(c.comm_model)}.</p>
 <table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
-<p>{esc(_bound_sentence(comparison))}</p>
+<p>{esc(_bound_sentence(comparison))}{esc(_path_sentence(comparison))}</p>
 <p>Files: {' · '.join(links)}</p>
 {figures}
 <p><small>Step times are simulated by devplace (see docs/simulator.md).</small></p>

@@ -93,6 +93,47 @@ class SimResult:
         it every few simulations, and the walk is thousands of steps long.)"""
         return _critical_path(self.finish_us, self.start_us, self.ready_us, self.previous_on_device, self.cause)
 
+    @cached_property
+    def critical_path_split_us(self) -> dict[str, float]:
+        """What the step's critical path is made of, adding up to the step time: ``compute`` (its
+        ops, gaps included), ``transfer`` (the messages where it changes device), ``channel_wait``
+        (those messages waiting for a busy channel after their producer finished) and ``other``
+        (message overheads owed by a device, and a start after time 0).
+
+        It says which side to work on: a step that is compute on a path that crosses devices is
+        not helped by faster links, one whose path waits for channels is.
+
+        >>> from devplace.graph import chain_graph
+        >>> from devplace.cluster import uniform_cluster
+        >>> from devplace.sim import simulate
+        >>> g = chain_graph([10.0, 20.0], edge_bytes=1000.0)
+        >>> two = uniform_cluster(2, latency_us=5.0, bandwidth_bytes_per_us=1000.0)
+        >>> simulate(g, two, [0, 1]).critical_path_split_us
+        {'compute': 30.0, 'transfer': 6.0, 'channel_wait': 0.0, 'other': 0.0}
+        """
+        path = self.critical_path
+        split = {"compute": 0.0, "transfer": 0.0, "channel_wait": 0.0, "other": 0.0}
+        if len(path) == 0:
+            return split
+        split["compute"] = float((self.finish_us[path] - self.start_us[path]).sum())
+        transfer_of = {(int(op), int(dst)): i for i, (op, dst) in enumerate(zip(self.transfer_op, self.transfer_dst))}
+        for producer, consumer in zip(path[:-1].tolist(), path[1:].tolist()):
+            i = transfer_of.get((producer, int(self.devices[consumer])))
+            if self.devices[producer] != self.devices[consumer] and i is not None:
+                split["channel_wait"] += float(self.transfer_start_us[i] - self.finish_us[producer])
+                split["transfer"] += float(self.transfer_end_us[i] - self.transfer_start_us[i])
+        split["other"] = max(0.0, self.step_time_us - sum(split.values()))
+        return split
+
+    def critical_path_sentence(self) -> str:
+        """``critical_path_split_us`` in words, for the command line and the report."""
+        split = {k: v / 1e3 for k, v in self.critical_path_split_us.items()}
+        words = [f"{split['compute']:.3f} ms compute", f"{split['transfer']:.3f} ms transfers",
+                 f"{split['channel_wait']:.3f} ms waiting for busy channels"]
+        if split["other"] > 0.0005:
+            words.append(f"{split['other']:.3f} ms other (message overheads, a late start)")
+        return f"Critical path ({len(self.critical_path)} ops): " + ", ".join(words) + "."
+
     def memory_timeline(self, device: int) -> tuple[np.ndarray, np.ndarray]:
         """(time us, bytes in use) after each allocation or free on ``device``."""
         on_device = self.memory_event_device == device
@@ -128,6 +169,7 @@ class SimResult:
             "transfers": int(len(self.transfer_op)),
             "link_bytes": self.link_bytes.tolist(),
             "critical_path_ops": len(self.critical_path),
+            "critical_path_split_us": self.critical_path_split_us,
             "device_names": self.cluster.device_names,
         }
 
