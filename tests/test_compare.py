@@ -46,7 +46,7 @@ def test_cli_compare_on_a_zoo_model_writes_every_file_and_json_rows(tmp_path):
     for name in ("step_times.png", "best_timeline.png", "best_memory.png", "best_placement.png"):
         assert (out / name).read_bytes()[:8] == PNG_MAGIC, name
     page = (out / "report.html").read_text()
-    assert "Best placement: Critical path (" in page and "ms compute" in page
+    assert "The best placement (" in page and "): Critical path (" in page and "ms compute" in page
     for name in REPORT_FILES[1:]:
         assert f'"{name}"' in page, name  # linked by a relative path, so the folder opens from disk
     table = list(csv.DictReader((out / "comparison.csv").read_text().splitlines()))

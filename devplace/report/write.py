@@ -133,7 +133,8 @@ def _path_sentence(comparison: Comparison) -> str:
     """What the best placement's step is made of (``SimResult.critical_path_split_us``)."""
     if comparison.best is None:
         return ""
-    return f" Best placement: {comparison.results[comparison.best.algorithm].critical_path_sentence()}"
+    algorithm = comparison.best.algorithm
+    return f" The best placement ({algorithm}): {comparison.results[algorithm].critical_path_sentence()}"
 
 
 def _html(comparison: Comparison, title: str, images: dict[str, str]) -> str:
